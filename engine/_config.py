@@ -1,0 +1,288 @@
+"""Sweep files (TOML): parsing and validation.
+
+Every problem is reported as a `ConfigError` naming the file, the key and the
+reason, before anything is computed or written.
+"""
+
+import dataclasses
+import hashlib
+import json
+import math
+import pathlib
+import tomllib
+
+import numpy as np
+
+from ._solver import DTYPES, SOLVERS, SolverSettings
+from ._study import Study, load_study
+
+TOP_LEVEL_KEYS = {"study", "parameters", "axes", "solver", "critical", "run", "slurm"}
+RUN_KEYS = {"shard_size", "batch_size", "out", "executor", "workers"}
+EXECUTORS = ("local", "inline", "slurm")
+CRITICAL_KEYS = {"output", "axis", "bracket", "target", "xtol"}
+
+
+class ConfigError(ValueError):
+    """A sweep file is invalid: `file: key: reason`."""
+
+    def __init__(self, file, key: str, reason: str):
+        self.file, self.key, self.reason = str(file), key, reason
+        super().__init__(f"{file}: {key}: {reason}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Axis:
+    name: str
+    values: np.ndarray
+    spec: dict  # as written, e.g. {"linspace": [0.0, 3.0, 3001]}
+
+
+@dataclasses.dataclass(frozen=True)
+class Critical:
+    output: str
+    axis: str
+    bracket: tuple[float, float]
+    target: float
+    xtol: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    file: str
+    text: str
+    study: Study
+    parameters: dict  # every parameter not swept: the study's default or the override
+    axes: tuple[Axis, ...]
+    solver: SolverSettings
+    critical: Critical | None
+    shard_size: int
+    batch_size: int
+    out: pathlib.Path
+    executor: str
+    workers: int | None
+    slurm: dict
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(a.values) for a in self.axes)
+
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.axes)
+
+    def canonical(self) -> dict:
+        """Everything that determines the cube's values and layout (not where or how it runs)."""
+        return {
+            "study": self.study.name,
+            "parameters": {k: float(v) for k, v in sorted(self.parameters.items())},
+            "axes": [[a.name, [float(x) for x in a.values]] for a in self.axes],
+            "solver": dataclasses.asdict(self.solver),
+            "critical": dataclasses.asdict(self.critical) if self.critical else None,
+            "shard_size": self.shard_size,
+        }
+
+    @property
+    def config_hash(self) -> str:
+        blob = json.dumps(self.canonical(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+
+def load_sweep(path, *, out=None) -> Sweep:
+    path = pathlib.Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(path, "<file>", f"cannot read: {err.strerror}") from None
+    return parse_sweep(text, file=path, out=out)
+
+
+def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(file, "<syntax>", f"not valid TOML: {err}") from None
+    check = _Checker(file)
+    for key in doc:
+        if key not in TOP_LEVEL_KEYS:
+            raise ConfigError(file, key, f"unknown table or key (expected one of {sorted(TOP_LEVEL_KEYS)})")
+
+    study_name = check.typed(doc, "study", str, required=True)
+    try:
+        study = load_study(study_name)
+    except KeyError as err:
+        raise ConfigError(file, "study", err.args[0]) from None
+
+    known = study.parameters_by_name
+    overrides = check.table(doc, "parameters")
+    axes_doc = check.table(doc, "axes")
+    for name, value in overrides.items():
+        key = f"parameters.{name}"
+        if name not in known:
+            raise ConfigError(file, key, f"unknown parameter of study {study.name!r} (known: {', '.join(known)})")
+        if name in axes_doc:
+            raise ConfigError(file, key, f"{name!r} is also an axis in [axes]; a swept parameter cannot be fixed")
+        check.value_in_range(key, value, known[name])
+    if not axes_doc:
+        raise ConfigError(file, "axes", "no axis given: a sweep needs at least one swept parameter")
+    axes = tuple(check.axis(name, spec, known) for name, spec in axes_doc.items())
+    parameters = {n: float(overrides.get(n, p.default)) for n, p in known.items() if n not in axes_doc}
+
+    solver = check.solver(check.table(doc, "solver"))
+    critical = check.critical(check.table(doc, "critical"), study, axes)
+    run = check.table(doc, "run")
+    for key in run:
+        if key not in RUN_KEYS:
+            raise ConfigError(file, f"run.{key}", f"unknown key (expected one of {sorted(RUN_KEYS)})")
+    shard_size = check.positive_int(run, "run.shard_size", 4096)
+    batch_size = check.positive_int(run, "run.batch_size", 256)
+    executor = check.typed(run, "executor", str, prefix="run.") or "local"
+    if executor not in EXECUTORS:
+        raise ConfigError(file, "run.executor", f"{executor!r} is not one of {EXECUTORS}")
+    workers = check.positive_int(run, "run.workers", None)
+    out_path = out if out is not None else check.typed(run, "out", str, prefix="run.", required=True)
+    return Sweep(
+        file=str(file),
+        text=text,
+        study=study,
+        parameters=parameters,
+        axes=axes,
+        solver=solver,
+        critical=critical,
+        shard_size=shard_size,
+        batch_size=batch_size,
+        out=pathlib.Path(out_path),
+        executor=executor,
+        workers=workers,
+        slurm=check.table(doc, "slurm"),
+    )
+
+
+class _Checker:
+    """Small typed accessors that raise `ConfigError` with the file and key."""
+
+    def __init__(self, file):
+        self.file = file
+
+    def fail(self, key, reason):
+        raise ConfigError(self.file, key, reason)
+
+    def table(self, doc, key) -> dict:
+        value = doc.get(key, {})
+        if not isinstance(value, dict):
+            self.fail(key, f"must be a table, got {type(value).__name__}")
+        return value
+
+    def typed(self, doc, key, kind, *, prefix="", required=False):
+        if key not in doc:
+            if required:
+                self.fail(prefix + key, "is required")
+            return None
+        value = doc[key]
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+            self.fail(prefix + key, f"must be {kind.__name__}, got {type(value).__name__} {value!r}")
+        return value
+
+    def number(self, key, value) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(key, f"must be a number, got {type(value).__name__} {value!r}")
+        if not math.isfinite(value):
+            self.fail(key, f"must be finite, got {value!r}")
+        return float(value)
+
+    def positive_int(self, doc, key, default):
+        name = key.split(".")[-1]
+        if name not in doc:
+            return default
+        value = doc[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            self.fail(key, f"must be a positive integer, got {value!r}")
+        return value
+
+    def value_in_range(self, key, value, parameter):
+        value = self.number(key, value)
+        if value not in parameter.allowed:
+            self.fail(key, f"{value!r} is outside the allowed range {parameter.allowed} {parameter.unit}".rstrip())
+        return value
+
+    def axis(self, name, spec, known) -> Axis:
+        key = f"axes.{name}"
+        if name not in known:
+            self.fail(key, f"unknown parameter (known: {', '.join(known)})")
+        if not isinstance(spec, dict) or len(spec) != 1:
+            self.fail(key, "must be a table with exactly one of linspace, logspace, values")
+        (kind, args), = spec.items()
+        if kind == "values":
+            if not isinstance(args, list) or not args:
+                self.fail(f"{key}.values", "must be a non-empty list of numbers")
+            values = np.array([self.number(f"{key}.values[{i}]", v) for i, v in enumerate(args)])
+        elif kind in ("linspace", "logspace"):
+            if not isinstance(args, list) or len(args) != 3:
+                self.fail(f"{key}.{kind}", "must be [start, stop, count]")
+            start = self.number(f"{key}.{kind}[0]", args[0])
+            stop = self.number(f"{key}.{kind}[1]", args[1])
+            count = args[2]
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                self.fail(f"{key}.{kind}[2]", f"count must be a positive integer, got {count!r}")
+            values = (np.linspace if kind == "linspace" else np.logspace)(start, stop, count)
+        else:
+            self.fail(key, f"unknown axis kind {kind!r} (expected linspace, logspace or values)")
+        steps = np.diff(values)
+        if len(values) > 1 and not (np.all(steps > 0) or np.all(steps < 0)):
+            self.fail(key, "values must be strictly increasing or strictly decreasing")
+        for i, v in enumerate(values):
+            if v not in known[name].allowed:
+                self.fail(key, f"value {v!r} (index {i}) is outside the allowed range {known[name].allowed}")
+        return Axis(name, values, spec)
+
+    def solver(self, doc) -> SolverSettings:
+        fields = {f.name: f for f in dataclasses.fields(SolverSettings)}
+        kwargs = {}
+        for key, value in doc.items():
+            full = f"solver.{key}"
+            if key not in fields:
+                self.fail(full, f"unknown key (expected one of {sorted(fields)})")
+            if key == "solver" and value not in SOLVERS:
+                self.fail(full, f"{value!r} is not one of {sorted(SOLVERS)}")
+            elif key == "dtype" and value not in DTYPES:
+                self.fail(full, f"{value!r} is not one of {DTYPES}")
+            elif key in ("max_steps", "max_segments"):
+                value = self.positive_int(doc, full, None)
+            elif key in ("rtol", "atol", "t_max"):
+                value = self.number(full, value)
+                if value <= 0:
+                    self.fail(full, f"must be positive, got {value!r}")
+            kwargs[key] = value
+        return SolverSettings(**kwargs)
+
+    def critical(self, doc, study, axes) -> Critical | None:
+        if not doc:
+            return None
+        for key in doc:
+            if key not in CRITICAL_KEYS:
+                self.fail(f"critical.{key}", f"unknown key (expected one of {sorted(CRITICAL_KEYS)})")
+        output = self.typed(doc, "output", str, prefix="critical.", required=True)
+        scalar_outputs = [o.name for o in study.outputs if not o.dims]
+        if output not in scalar_outputs:
+            self.fail("critical.output", f"{output!r} is not a scalar output of {study.name!r} ({', '.join(scalar_outputs)})")
+        axis_name = self.typed(doc, "axis", str, prefix="critical.", required=True)
+        axis = next((a for a in axes if a.name == axis_name), None)
+        if axis is None:
+            self.fail("critical.axis", f"{axis_name!r} is not one of the sweep's axes")
+        if "bracket" in doc:
+            bracket = doc["bracket"]
+            if not isinstance(bracket, list) or len(bracket) != 2:
+                self.fail("critical.bracket", "must be [lower, upper]")
+            lo, hi = (self.number(f"critical.bracket[{i}]", v) for i, v in enumerate(bracket))
+            if not lo < hi:
+                self.fail("critical.bracket", f"lower {lo!r} must be below upper {hi!r}")
+            parameter = study.parameter(axis_name)
+            for v in (lo, hi):
+                if v not in parameter.allowed:
+                    self.fail("critical.bracket", f"{v!r} is outside the allowed range {parameter.allowed}")
+        else:
+            lo, hi = float(axis.values.min()), float(axis.values.max())
+        target = self.number("critical.target", doc.get("target", 0.0))
+        xtol = self.number("critical.xtol", doc.get("xtol", 1e-12))
+        if xtol <= 0:
+            self.fail("critical.xtol", f"must be positive, got {xtol!r}")
+        return Critical(output, axis_name, (lo, hi), target, xtol)

@@ -1,0 +1,81 @@
+"""What a sweep will cost, estimated without running it, and the memory guard."""
+
+import dataclasses
+import math
+
+import psutil
+
+from ._config import ConfigError, Sweep
+from ._layout import Layout, chunk_shape
+
+# Bytes held per point while a shard is in flight: inputs and outputs on the
+# device, their host copies, and the zarr encode buffers (three copies of 8 B each).
+_COPIES = 3
+# Working memory of one lane of a batched solve (solver stages, event log, loop
+# carries), a generous bound for the studies' small states.
+LANE_BYTES = 64 * 1024
+# Root-finding evaluations per critical point (Chandrupatla to 1e-12: ~10-40).
+CRITICAL_EVALUATIONS = 40
+
+
+@dataclasses.dataclass(frozen=True)
+class Cost:
+    points: int
+    shards: int
+    shard_points: int
+    shard_bytes: int
+    critical_points: int
+    critical_shards: int
+    memory_budget: int
+
+    def describe(self) -> str:
+        lines = [
+            f"grid points      {self.points:,}",
+            f"shards           {self.shards:,} of up to {self.shard_points:,} points",
+            f"memory per shard {self.shard_bytes / 2**20:,.1f} MiB (budget {self.memory_budget / 2**20:,.0f} MiB per worker)",
+        ]
+        if self.critical_points:
+            lines.append(
+                f"critical search  {self.critical_points:,} roots in {self.critical_shards:,} shards, "
+                f"~{self.critical_points * CRITICAL_EVALUATIONS:,} extra point solves"
+            )
+        return "\n".join(lines)
+
+
+def layouts(sweep: Sweep) -> tuple[Layout, Layout | None]:
+    """The grid layout and, with [critical], the layout over the other axes."""
+    chunks = chunk_shape(sweep.shape, sweep.shard_size)
+    grid = Layout(sweep.shape, chunks)
+    if sweep.critical is None:
+        return grid, None
+    keep = [i for i, name in enumerate(sweep.axis_names) if name != sweep.critical.axis]
+    return grid, Layout(tuple(sweep.shape[i] for i in keep), tuple(chunks[i] for i in keep))
+
+
+def estimate(sweep: Sweep, workers: int = 1) -> Cost:
+    grid, critical = layouts(sweep)
+    n_values = sum(math.prod(o.shape) for o in sweep.study.outputs) + len(sweep.axes) + 3
+    shard_points = math.prod(grid.chunks)
+    shard_bytes = shard_points * n_values * 8 * _COPIES + sweep.batch_size * LANE_BYTES
+    budget = psutil.virtual_memory().total // (2 * max(1, workers))
+    return Cost(
+        points=grid.n_points,
+        shards=grid.n_shards,
+        shard_points=shard_points,
+        shard_bytes=shard_bytes,
+        critical_points=critical.n_points if critical else 0,
+        critical_shards=critical.n_shards if critical else 0,
+        memory_budget=budget,
+    )
+
+
+def check_memory(sweep: Sweep, workers: int = 1) -> Cost:
+    cost = estimate(sweep, workers)
+    if cost.shard_bytes > cost.memory_budget:
+        raise ConfigError(
+            sweep.file,
+            "run.shard_size",
+            f"a shard needs ~{cost.shard_bytes / 2**30:.1f} GiB but a worker may use "
+            f"{cost.memory_budget / 2**30:.1f} GiB; lower shard_size or batch_size",
+        )
+    return cost

@@ -1,0 +1,189 @@
+"""The cube: an xarray Dataset in a zarr v3 store, filled shard by shard.
+
+The structure (coordinates, NaN-filled variables, attributes) is written first,
+into a temporary folder renamed into place, so a store either exists whole or
+not at all. Each shard then writes only its own chunks and afterwards drops a
+done marker in `_rollsweep/done/`: a store killed at any moment loses at most the
+shards in flight.
+"""
+
+import contextlib
+import json
+import os
+import pathlib
+import shutil
+import uuid
+import warnings
+
+import dask.array as da
+import numpy as np
+import xarray as xr
+import zarr
+
+from ._config import Sweep
+from ._cost import layouts
+from ._provenance import provenance
+from ._status import status_attrs
+
+MARKERS = "_rollsweep"
+GRID, CRITICAL = "grid", "critical"
+
+
+class StoreError(RuntimeError):
+    """A store cannot be used for this run (another config, not a cube, ...)."""
+
+
+@contextlib.contextmanager
+def _quiet_zarr():
+    # Consolidated metadata is not yet in the zarr v3 spec; it is what keeps
+    # readers from listing the marker folder, so the warning is expected.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
+        yield
+
+
+def open_cube(path) -> xr.Dataset:
+    """Open a cube lazily (dask-backed) for analysis."""
+    with _quiet_zarr():
+        return xr.open_zarr(path, consolidated=True)
+
+
+def critical_name(sweep_or_axis) -> str:
+    axis = sweep_or_axis if isinstance(sweep_or_axis, str) else sweep_or_axis.critical.axis
+    return f"critical_{axis}"
+
+
+def structure(sweep: Sweep) -> xr.Dataset:
+    """The empty cube as a lazy Dataset: coordinates, variables, attributes."""
+    study = sweep.study
+    grid, critical = layouts(sweep)
+    dims = sweep.axis_names
+    coords = {}
+    for axis in sweep.axes:
+        p = study.parameter(axis.name)
+        coords[axis.name] = (axis.name, axis.values, {"units": p.unit, "long_name": p.description})
+    data = {}
+    for o in study.outputs:
+        extra = tuple(name for name, _ in o.dims)
+        shape, chunks = grid.shape + o.shape, grid.chunks + o.shape
+        attrs = {"units": o.unit, "long_name": o.description}
+        data[o.name] = (dims + extra, da.full(shape, np.nan, chunks=chunks), attrs)
+    counters = {
+        "status": ("int8", status_attrs()),
+        "num_steps": ("int32", {"long_name": "solver steps taken, all segments"}),
+        "num_events": ("int32", {"long_name": "mode transitions (events) fired"}),
+    }
+    for name, (dtype, attrs) in counters.items():
+        data[name] = (dims, da.zeros(grid.shape, dtype=dtype, chunks=grid.chunks), attrs)
+    if critical is not None:
+        c = sweep.critical
+        other = tuple(n for n in dims if n != c.axis)
+        p = study.parameter(c.axis)
+        data[critical_name(sweep)] = (
+            other,
+            da.full(critical.shape, np.nan, chunks=critical.chunks),
+            {
+                "units": p.unit,
+                "long_name": f"{c.axis} where {c.output} = {c.target:g}",
+                "bracket": list(c.bracket),
+                "xtol": c.xtol,
+            },
+        )
+        data[f"{critical_name(sweep)}_status"] = (
+            other,
+            da.zeros(critical.shape, dtype="int8", chunks=critical.chunks),
+            status_attrs(),
+        )
+    ds = xr.Dataset(data, coords=coords)
+    for name, p in sweep.parameters.items():
+        ds.attrs[f"parameter.{name}"] = p
+    ds.attrs.update(provenance(sweep))
+    return ds
+
+
+def _encoding(ds: xr.Dataset) -> dict:
+    # Integer variables keep 0 (= PENDING / nothing counted) as their fill value
+    # rather than becoming masked floats.
+    return {k: {"_FillValue": None} for k, v in ds.data_vars.items() if v.dtype.kind == "i"}
+
+
+def create(sweep: Sweep, path: pathlib.Path) -> None:
+    """Write the empty cube at `path`, all or nothing."""
+    path = pathlib.Path(path)
+    ds = structure(sweep)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        with _quiet_zarr():
+            ds.to_zarr(tmp, mode="w-", compute=False, zarr_format=3, consolidated=True, encoding=_encoding(ds))
+        for kind in (GRID, CRITICAL):
+            (tmp / MARKERS / kind).mkdir(parents=True)
+        # An old cube (overwrite) is moved aside only once the new one is complete.
+        trash = tmp.with_name(tmp.name + "-old")
+        if path.exists():
+            os.rename(path, trash)
+        os.rename(tmp, path)
+        shutil.rmtree(trash, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def prepare(sweep: Sweep, path, overwrite: bool = False) -> str:
+    """Create the cube, or check that an existing one belongs to this config.
+
+    Returns "created" or "resumed".
+    """
+    path = pathlib.Path(path)
+    if path.exists():
+        found = read_attrs(path).get("config_hash")
+        if found is None:
+            raise StoreError(f"{path}: exists and is not a rollsweep cube; choose another --out")
+        if found != sweep.config_hash:
+            if not overwrite:
+                raise StoreError(
+                    f"{path}: holds a cube of another config (hash {found[:12]}, this config "
+                    f"{sweep.config_hash[:12]}); use --overwrite to replace it or choose another --out"
+                )
+        else:
+            return "resumed"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    create(sweep, path)
+    return "created"
+
+
+def read_attrs(path) -> dict:
+    try:
+        with _quiet_zarr():
+            return dict(zarr.open_group(path, mode="r").attrs)
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError, KeyError):
+        return {}
+
+
+def write_region(path, region: tuple[slice, ...], values: dict) -> None:
+    """Write one shard's arrays (name -> array shaped like the region)."""
+    with _quiet_zarr():
+        group = zarr.open_group(path, mode="r+")
+    for name, array in values.items():
+        target = group[name]
+        extra = (slice(None),) * (target.ndim - len(region))
+        target[region + extra] = array
+
+
+def marker_path(path, kind: str, shard: int) -> pathlib.Path:
+    return pathlib.Path(path) / MARKERS / kind / f"{shard:08d}.json"
+
+
+def mark_done(path, kind: str, shard: int, info: dict) -> None:
+    final = marker_path(path, kind, shard)
+    tmp = final.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, final)  # atomic: a marker is either absent or complete
+
+
+def done_shards(path, kind: str) -> set[int]:
+    folder = pathlib.Path(path) / MARKERS / kind
+    return {int(p.stem) for p in folder.glob("*.json")} if folder.exists() else set()
+
+
+def read_markers(path, kind: str) -> list[dict]:
+    folder = pathlib.Path(path) / MARKERS / kind
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]

@@ -1,0 +1,90 @@
+"""Batched evaluation of a study: jit(vmap(point function)) over fixed-size batches.
+
+Every call uses the same batch shape (the last batch is padded), so one compiled
+program serves every shard: results cannot depend on the shard size, and there
+is a single compilation per worker.
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._solver import SolverSettings
+from ._status import Status
+from ._study import Study
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    outputs: dict  # name -> (n, *extra dims) float array
+    status: np.ndarray  # (n,) int8
+    num_steps: np.ndarray  # (n,) int32
+    num_events: np.ndarray  # (n,) int32
+
+
+def _in_range(study: Study, params):
+    ok = jnp.asarray(True)
+    for p in study.parameters:
+        x, a = params[p.name], p.allowed
+        ok &= (x > a.lower) if a.lower_open else (x >= a.lower)
+        ok &= (x < a.upper) if a.upper_open else (x <= a.upper)
+    return ok
+
+
+def _guarded(study: Study, settings: SolverSettings):
+    """The study's point function with the engine's guarantees around it."""
+    dtype = jnp.dtype(settings.dtype)
+
+    def run(params):
+        params = {k: jnp.asarray(v, dtype) for k, v in params.items()}
+        in_range = _in_range(study, params)
+        # Solve an out-of-range point at the defaults instead, so it cannot stall
+        # or poison its batch; its outputs are discarded below.
+        safe = {p.name: jnp.where(in_range, params[p.name], p.default) for p in study.parameters}
+        result = study.solve_point(safe, settings)
+        finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(v)) for v in result.outputs.values()]))
+        status = jnp.asarray(result.status, jnp.int8)
+        status = jnp.where((status == Status.SUCCESS) & ~finite, jnp.int8(Status.NONFINITE), status)
+        status = jnp.where(in_range, status, jnp.int8(Status.OUT_OF_RANGE))
+        ok = status == Status.SUCCESS
+        outputs = {k: jnp.where(ok, jnp.asarray(v, dtype), jnp.nan) for k, v in result.outputs.items()}
+        return outputs, status, jnp.asarray(result.num_steps, jnp.int32), jnp.asarray(result.num_events, jnp.int32)
+
+    return run
+
+
+@functools.cache
+def compiled(study: Study, settings: SolverSettings):
+    return jax.jit(jax.vmap(_guarded(study, settings)))
+
+
+def evaluate(study: Study, settings: SolverSettings, params: dict, batch_size: int) -> Evaluation:
+    """Solve every point of `params` (name -> equal-length 1-D arrays)."""
+    fn = compiled(study, settings)
+    n = len(next(iter(params.values())))
+    names = [p.name for p in study.parameters]
+    columns = {k: np.asarray(params[k], dtype=settings.dtype) for k in names}
+    pieces = []
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
+        # Pad with copies of the batch's first point: same compiled shape every call.
+        take = np.concatenate([np.arange(start, stop), np.full(batch_size - (stop - start), start)])
+        batch = {k: v[take] for k, v in columns.items()}
+        pieces.append((stop - start, fn(batch)))
+    outs = {k: [] for k in (o.name for o in study.outputs)}
+    status, steps, events = [], [], []
+    for count, (o, s, st, ev) in pieces:  # device -> host after all batches are queued
+        for k in outs:
+            outs[k].append(np.asarray(o[k])[:count])
+        status.append(np.asarray(s)[:count])
+        steps.append(np.asarray(st)[:count])
+        events.append(np.asarray(ev)[:count])
+    return Evaluation(
+        outputs={k: np.concatenate(v) for k, v in outs.items()},
+        status=np.concatenate(status),
+        num_steps=np.concatenate(steps),
+        num_events=np.concatenate(events),
+    )

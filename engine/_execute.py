@@ -1,0 +1,145 @@
+"""Running a sweep: prepare the store, schedule pending shards, show progress.
+
+Executors: "inline" (this process, one shard after another), "local" (an
+embedded dask LocalCluster, one single-threaded worker process per core) or an
+existing dask scheduler. One dask task is one shard.
+"""
+
+import contextlib
+import dataclasses
+import functools
+import os
+import time
+
+from tqdm.auto import tqdm
+
+from ._config import Sweep, parse_sweep
+from ._cost import check_memory, layouts
+from ._cube import CRITICAL, GRID, done_shards, prepare
+from ._jax_setup import SINGLE_THREAD_XLA, configure
+from ._shard import RUNNERS
+
+
+@dataclasses.dataclass(frozen=True)
+class RunReport:
+    path: str
+    state: str  # "created", "resumed" or "complete"
+    shards_run: int
+    points_run: int
+    failed_points: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.points_run / self.seconds if self.seconds > 0 else float("nan")
+
+
+def pending_tasks(sweep: Sweep, path) -> list[tuple[str, int, int]]:
+    """(kind, shard, points) of every shard without a done marker, grid first."""
+    grid, critical = layouts(sweep)
+    tasks = []
+    for kind, layout in ((GRID, grid), (CRITICAL, critical)):
+        if layout is None:
+            continue
+        done = done_shards(path, kind)
+        tasks += [(kind, s, layout.shard_points(s)) for s in range(layout.n_shards) if s not in done]
+    return tasks
+
+
+def default_workers() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@functools.lru_cache(maxsize=4)
+def _worker_sweep(text: str, file: str, out: str) -> Sweep:
+    return parse_sweep(text, file=file, out=out)
+
+
+def solve_shard(text: str, file: str, out: str, kind: str, shard: int) -> dict:
+    """The dask task: runs in a worker process, which it sets up on first use."""
+    configure()
+    return RUNNERS[kind](_worker_sweep(text, file, out), out, shard)
+
+
+@contextlib.contextmanager
+def dask_client(scheduler: str | None, workers: int):
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        with Client(scheduler) as client:
+            yield client
+        return
+    cluster = LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        env={"XLA_FLAGS": SINGLE_THREAD_XLA, "PYTHONUNBUFFERED": "1"},
+    )
+    with cluster, Client(cluster) as client:
+        yield client
+
+
+def run(
+    sweep: Sweep,
+    *,
+    executor: str | None = None,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> RunReport:
+    executor = "local" if scheduler else (executor or sweep.executor)
+    workers = workers or sweep.workers or default_workers()
+    check_memory(sweep, workers)
+    configure()
+    path = sweep.out
+    state = prepare(sweep, path, overwrite=overwrite)
+    tasks = pending_tasks(sweep, path)
+    start = time.perf_counter()
+    failed = 0
+    bar = tqdm(
+        total=sum(p for _, _, p in tasks),
+        unit="pt",
+        unit_scale=True,
+        disable=not progress or not tasks,
+        desc=f"{sweep.study.name} shards 0/{len(tasks)}",
+        dynamic_ncols=True,
+    )
+    with bar:
+        for i, info in enumerate(_results(sweep, tasks, executor, workers, scheduler), 1):
+            failed += info["failed"]
+            bar.set_description(f"{sweep.study.name} shards {i}/{len(tasks)}")
+            bar.update(info["points"])
+    return RunReport(
+        path=str(path),
+        state=state if tasks else "complete",
+        shards_run=len(tasks),
+        points_run=sum(p for _, _, p in tasks),
+        failed_points=failed,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _results(sweep: Sweep, tasks, executor: str, workers: int, scheduler: str | None):
+    if not tasks:
+        return
+    out = str(sweep.out)
+    if executor == "inline":
+        for kind, shard, _ in tasks:
+            yield RUNNERS[kind](sweep, out, shard)
+        return
+    if executor != "local":
+        raise ValueError(f"executor {executor!r} is not available here (use local, inline or --scheduler)")
+    from distributed import as_completed
+
+    with dask_client(scheduler, workers) as client:
+        futures = [
+            client.submit(
+                solve_shard, sweep.text, sweep.file, out, kind, shard,
+                key=f"rollsweep-{sweep.config_hash[:10]}-{kind}-{shard}", pure=False,
+            )
+            for kind, shard, _ in tasks
+        ]
+        for future in as_completed(futures):
+            yield future.result()

@@ -1,0 +1,268 @@
+"""Hybrid (piecewise-smooth) motion: modes, transitions and the segment loop.
+
+A study declares modes (vector fields) and transitions (event functions, state
+maps, next mode); the engine integrates segment after segment inside a bounded
+`lax.while_loop`, so the whole solve stays vmappable.
+
+Event location. diffrax locates an event's time on the step interpolant, and
+returns the interpolated state there. For high-order solvers taking long steps
+that state is off by ~1e-8, far above the solver tolerance. So we let diffrax
+only *detect* the event (an `Event` without root finder stops at the end of the
+step in which the sign changed and returns that step's exact end state), then
+find the event time by Newton iteration on a single re-step of the same solver
+from that exact state. The re-step is no longer than the accepted step, so the
+event state is exact to solver tolerance.
+"""
+
+import dataclasses
+from collections.abc import Callable
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from ._solver import SolverSettings
+from ._status import Status
+
+# Inactive event functions return this constant: it never changes sign.
+_INACTIVE = 1.0
+# Newton iterations allowed to locate an event inside its step (2-4 are typical).
+_NEWTON_ITERATIONS = 12
+
+
+@dataclasses.dataclass(frozen=True)
+class Transition:
+    """Leave the current mode when `condition(t, y, args)` crosses zero.
+
+    direction: None (either way), True (upcrossing) or False (downcrossing).
+    target: index of the next mode, or None to end the solve (terminal event).
+    reset: state map `(t, y, args) -> y` applied at the event; identity if None.
+    """
+
+    name: str
+    condition: Callable
+    target: int | None
+    direction: bool | None = None
+    reset: Callable | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    """One smooth phase of motion. If `ends_at_horizon`, reaching `t_max` is a success."""
+
+    name: str
+    vector_field: Callable
+    transitions: tuple[Transition, ...] = ()
+    ends_at_horizon: bool = False
+
+
+class HybridSolution(eqx.Module):
+    """Outcome of one hybrid solve (one parameter point).
+
+    event_t[k], event_y[k], event_code[k]: time, state (before the reset) and
+    index (into `HybridSystem.transitions`) of the k-th event; NaN/-1 if unused.
+    """
+
+    t: jax.Array
+    y: jax.Array
+    mode: jax.Array
+    status: jax.Array
+    num_steps: jax.Array
+    num_events: jax.Array
+    event_t: jax.Array
+    event_y: jax.Array
+    event_code: jax.Array
+
+
+class _Carry(eqx.Module):
+    t: jax.Array
+    y: jax.Array
+    mode: jax.Array
+    status: jax.Array
+    done: jax.Array
+    num_steps: jax.Array
+    num_events: jax.Array
+    event_t: jax.Array
+    event_y: jax.Array
+    event_code: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class HybridSystem:
+    modes: tuple[Mode, ...]
+
+    @property
+    def transitions(self) -> tuple[tuple[int, Transition], ...]:
+        """Every transition with the index of the mode it leaves, in a fixed order."""
+        return tuple((m, tr) for m, mode in enumerate(self.modes) for tr in mode.transitions)
+
+    def _vector_field(self, t, y, args):
+        mode, params = args
+        return jax.lax.switch(mode, [m.vector_field for m in self.modes], t, y, params)
+
+    def _event(self) -> diffrax.Event:
+        def gated(source, condition):
+            def cond_fn(t, y, args, **kwargs):
+                mode, params = args
+                value = condition(t, y, params)
+                return jnp.where(mode == source, value, jnp.asarray(_INACTIVE, value.dtype))
+
+            return cond_fn
+
+        conds = [gated(m, tr.condition) for m, tr in self.transitions]
+        directions = [tr.direction for _, tr in self.transitions]
+        return diffrax.Event(conds, direction=directions)
+
+    def _locate(self, code, t_seg, t_end, y_end, mode, params, settings):
+        """Exact event time and state, searching back from the exact step end.
+
+        Newton on dt -> condition(t_end + dt, restep(dt)), where restep is one step
+        of the solver from (t_end, y_end). Always re-stepping from the same exact
+        point means no error accumulates between iterates. A plain loop rather than
+        optimistix: its Newton terminates on an f-space tolerance that depends on the
+        condition's units; here we stop when the time update reaches rounding level.
+        """
+        solver = settings.make_solver()
+        term = diffrax.ODETerm(self._vector_field)
+        args = (mode, params)
+        conditions = [tr.condition for _, tr in self.transitions]
+
+        def restep(dt):
+            state = solver.init(term, t_end, t_end + dt, y_end, args)
+            y, *_ = solver.step(term, t_end, t_end + dt, y_end, args, state, made_jump=False)
+            return y
+
+        def residual_and_slope(dt):
+            # The slope along the flow, dg/dt = dg/dt|_y + grad_y g . f, costs one
+            # vector-field call and no differentiation through the solver step.
+            t, y = t_end + dt, restep(dt)
+            condition = lambda t_, y_: jax.lax.switch(code, conditions, t_, y_, params)
+            return jax.jvp(condition, (t, y), (jnp.ones_like(t), self._vector_field(t, y, args)))
+
+        lower = t_seg - t_end
+        eps = jnp.finfo(t_end.dtype).eps
+        tol = 4 * eps * jnp.maximum(jnp.abs(t_end), jnp.abs(lower))
+
+        def newton(carry):
+            dt, _, k = carry
+            value, slope = residual_and_slope(dt)
+            new = jnp.clip(dt - value / slope, lower, 0.0)
+            return new, jnp.abs(new - dt), k + 1
+
+        def unconverged(carry):
+            _, change, k = carry
+            return (change > tol) & (k < _NEWTON_ITERATIONS)
+
+        zero = jnp.zeros_like(t_end)
+        dt, change, _ = jax.lax.while_loop(unconverged, newton, (zero, jnp.full_like(zero, jnp.inf), 0))
+        y = restep(dt)
+        # Rounding noise in the residual can keep the last update a few ulps above
+        # `tol`; an update 1e3 times that is still ~1e-13 relative: located.
+        located = (change <= 1e3 * tol) & jnp.all(jnp.isfinite(y))
+        return t_end + dt, y, located
+
+    def solve(self, y0, mode0, params, settings: SolverSettings) -> HybridSolution:
+        dtype = y0.dtype
+        n_state = y0.shape[0]
+        n_seg = settings.max_segments
+        transitions = self.transitions
+        targets = jnp.array([-1 if tr.target is None else tr.target for _, tr in transitions] or [0])
+        ends_at_horizon = jnp.array([m.ends_at_horizon for m in self.modes])
+        resets = [
+            (tr.reset if tr.reset is not None else (lambda t, y, p: y)) for _, tr in transitions
+        ]
+        term = diffrax.ODETerm(self._vector_field)
+        event = self._event() if transitions else None
+        solver = settings.make_solver()
+        controller = diffrax.PIDController(rtol=settings.rtol, atol=settings.atol)
+
+        def body(c: _Carry) -> _Carry:
+            sol = diffrax.diffeqsolve(
+                term,
+                solver,
+                t0=c.t,
+                t1=jnp.asarray(settings.t_max, dtype),
+                dt0=None,
+                y0=c.y,
+                args=(c.mode, params),
+                saveat=diffrax.SaveAt(t1=True),
+                stepsize_controller=controller,
+                event=event,
+                max_steps=settings.max_steps,
+                throw=False,
+            )
+            t_end, y_end = sol.ts[-1], sol.ys[-1]
+            steps = c.num_steps + sol.stats["num_steps"]
+            fired = sol.result == diffrax.RESULTS.event_occurred
+            if event is not None:
+                mask = jnp.array(jax.tree_util.tree_leaves(sol.event_mask))
+                code = jnp.argmax(mask)
+            else:
+                code = jnp.asarray(0)
+            t_ev, y_ev, located = self._locate(code, c.t, t_end, y_end, c.mode, params, settings)
+            target = targets[code]
+            y_next = jax.lax.switch(code, resets, t_ev, y_ev, params)
+            k = jnp.minimum(c.num_events, n_seg - 1)
+
+            reached_horizon = sol.result == diffrax.RESULTS.successful
+            status = jnp.select(
+                [
+                    fired & ~located,
+                    fired,
+                    reached_horizon & ends_at_horizon[c.mode],
+                    reached_horizon,
+                    sol.result == diffrax.RESULTS.max_steps_reached,
+                ],
+                [Status.SOLVER_FAILED, Status.SUCCESS, Status.SUCCESS, Status.EVENT_NOT_FOUND, Status.MAX_STEPS],
+                Status.SOLVER_FAILED,
+            ).astype(jnp.int8)
+            finite = jnp.all(jnp.isfinite(jnp.where(fired, y_next, y_end)))
+            status = jnp.where(finite, status, jnp.int8(Status.NONFINITE))
+            continue_ = fired & located & (target >= 0) & finite
+            done = ~continue_
+            # Out of segments while the motion still goes on.
+            too_many = continue_ & (c.num_events + 1 >= n_seg)
+            status = jnp.where(too_many, jnp.int8(Status.MAX_SEGMENTS), status)
+            done = done | too_many
+
+            def record(arr, value):
+                return jnp.where(fired, arr.at[k].set(value), arr)
+
+            return _Carry(
+                t=jnp.where(fired, t_ev, t_end),
+                y=jnp.where(fired & (target >= 0), y_next, jnp.where(fired, y_ev, y_end)),
+                mode=jnp.where(continue_, target, c.mode).astype(c.mode.dtype),
+                status=status,
+                done=done,
+                num_steps=steps,
+                num_events=c.num_events + fired.astype(c.num_events.dtype),
+                event_t=record(c.event_t, t_ev),
+                event_y=record(c.event_y, y_ev),
+                event_code=record(c.event_code, code.astype(c.event_code.dtype)),
+            )
+
+        init = _Carry(
+            t=jnp.asarray(0.0, dtype),
+            y=y0,
+            mode=jnp.asarray(mode0, jnp.int32),
+            status=jnp.int8(Status.PENDING),
+            done=jnp.asarray(False),
+            num_steps=jnp.asarray(0, jnp.int32),
+            num_events=jnp.asarray(0, jnp.int32),
+            event_t=jnp.full((n_seg,), jnp.nan, dtype),
+            event_y=jnp.full((n_seg, n_state), jnp.nan, dtype),
+            event_code=jnp.full((n_seg,), -1, jnp.int32),
+        )
+        final = jax.lax.while_loop(lambda c: ~c.done, body, init)
+        return HybridSolution(
+            t=final.t,
+            y=final.y,
+            mode=final.mode,
+            status=final.status,
+            num_steps=final.num_steps,
+            num_events=final.num_events,
+            event_t=final.event_t,
+            event_y=final.event_y,
+            event_code=final.event_code,
+        )

@@ -1,0 +1,65 @@
+"""Provenance attributes: what produced a cube, so it can be trusted later."""
+
+import datetime
+import importlib.metadata
+import pathlib
+import subprocess
+
+PACKAGES = ("rollsweep", "jax", "jaxlib", "diffrax", "equinox", "optimistix", "xarray", "zarr", "numpy", "dask")
+
+
+def versions() -> dict:
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def git_commit() -> str:
+    """Commit of the rollsweep source tree, if it is a git checkout."""
+    here = pathlib.Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    if out.returncode != 0:
+        return "unknown"
+    dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain"], capture_output=True, text=True)
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def device() -> str:
+    import jax
+
+    d = jax.devices()[0]
+    return f"{d.platform}:{d.device_kind}"
+
+
+def provenance(sweep) -> dict:
+    from . import __version__
+
+    return {
+        "title": f"rollsweep cube: {sweep.study.title}",
+        "study": sweep.study.name,
+        "study_version": sweep.study.version,
+        "study_source": sweep.study.source,
+        "engine_version": __version__,
+        "config": sweep.text,
+        "config_file": sweep.file,
+        "config_hash": sweep.config_hash,
+        "axes": list(sweep.axis_names),
+        "critical": [sweep.critical.axis, sweep.critical.output] if sweep.critical else [],
+        "dtype": sweep.solver.dtype,
+        "solver": sweep.solver.solver,
+        "rtol": sweep.solver.rtol,
+        "atol": sweep.solver.atol,
+        "git_commit": git_commit(),
+        "versions": versions(),
+        "device": device(),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }

@@ -1,0 +1,78 @@
+"""One task = one shard: solve its points, write its region, mark it done.
+
+Runs wherever the task lands (this process, a dask worker, a SLURM job); it
+only needs the sweep and the store path.
+"""
+
+import time
+
+import numpy as np
+
+from ._config import Sweep
+from ._critical import find_critical
+from ._cost import layouts
+from ._cube import CRITICAL, GRID, critical_name, mark_done, write_region
+from ._evaluate import evaluate
+from ._provenance import device
+from ._status import Status
+
+
+def _point_params(sweep: Sweep, names, columns, n) -> dict:
+    params = {k: np.full(n, v) for k, v in sweep.parameters.items()}
+    params.update(dict(zip(names, columns)))
+    return params
+
+
+def run_grid_shard(sweep: Sweep, path, shard: int) -> dict:
+    grid, _ = layouts(sweep)
+    region = grid.region(shard)
+    columns = grid.points(shard, [a.values for a in sweep.axes])
+    n = grid.shard_points(shard)
+    start = time.perf_counter()
+    result = evaluate(sweep.study, sweep.solver, _point_params(sweep, sweep.axis_names, columns, n), sweep.batch_size)
+    shape = tuple(s.stop - s.start for s in region)
+    values = {k: v.reshape(shape + v.shape[1:]) for k, v in result.outputs.items()}
+    values["status"] = result.status.reshape(shape)
+    values["num_steps"] = result.num_steps.reshape(shape)
+    values["num_events"] = result.num_events.reshape(shape)
+    write_region(path, region, values)
+    return _finish(path, GRID, shard, n, result.status, start)
+
+
+def run_critical_shard(sweep: Sweep, path, shard: int) -> dict:
+    _, layout = layouts(sweep)
+    c = sweep.critical
+    other = [a for a in sweep.axes if a.name != c.axis]
+    region = layout.region(shard)
+    columns = layout.points(shard, [a.values for a in other])
+    n = layout.shard_points(shard)
+    base = _point_params(sweep, [a.name for a in other], columns, n)
+    start = time.perf_counter()
+
+    def output_at(x, index):
+        params = {k: v[index] for k, v in base.items()}
+        params[c.axis] = x
+        result = evaluate(sweep.study, sweep.solver, params, sweep.batch_size)
+        return result.outputs[c.output], result.status
+
+    roots, status = find_critical(output_at, c.bracket, c.target, c.xtol, n)
+    shape = tuple(s.stop - s.start for s in region)
+    name = critical_name(sweep)
+    write_region(path, region, {name: roots.reshape(shape), f"{name}_status": status.reshape(shape)})
+    return _finish(path, CRITICAL, shard, n, status, start)
+
+
+def _finish(path, kind, shard, n, status, start) -> dict:
+    info = {
+        "kind": kind,
+        "shard": shard,
+        "points": int(n),
+        "failed": int(np.count_nonzero(status != Status.SUCCESS)),
+        "seconds": round(time.perf_counter() - start, 6),
+        "device": device(),
+    }
+    mark_done(path, kind, shard, info)
+    return info
+
+
+RUNNERS = {GRID: run_grid_shard, CRITICAL: run_critical_shard}

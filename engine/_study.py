@@ -1,0 +1,125 @@
+"""The study interface: parameters, outputs and the per-point function.
+
+A study is data plus one pure function. The engine vmaps and jits the function
+over parameter points; the study never loops over points.
+"""
+
+import dataclasses
+import importlib.metadata
+import math
+from collections.abc import Callable, Mapping
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+ENTRY_POINT_GROUP = "rollsweep.studies"
+
+
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    """An allowed range, closed unless marked open: Interval(0, 1, lower_open=True) is (0, 1]."""
+
+    lower: float = -math.inf
+    upper: float = math.inf
+    lower_open: bool = False
+    upper_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        above = value > self.lower if self.lower_open else value >= self.lower
+        below = value < self.upper if self.upper_open else value <= self.upper
+        return bool(above and below)
+
+    def __str__(self) -> str:
+        left = "(" if self.lower_open else "["
+        right = ")" if self.upper_open else "]"
+        return f"{left}{self.lower:g}, {self.upper:g}{right}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Parameter:
+    """One scalar input of a study. `symbol` and `source` say where it comes from."""
+
+    name: str
+    unit: str
+    default: float
+    allowed: Interval
+    description: str
+    symbol: str = ""
+
+    def __post_init__(self):
+        if self.default not in self.allowed:
+            raise ValueError(f"default of {self.name!r} lies outside {self.allowed}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """One result of a study; `dims` name extra dimensions with their sizes."""
+
+    name: str
+    unit: str
+    description: str
+    dims: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(size for _, size in self.dims)
+
+
+class PointResult(eqx.Module):
+    """What a study's per-point function returns (a pytree of JAX scalars/arrays)."""
+
+    outputs: dict
+    status: jax.Array  # int8, a `Status` code
+    num_steps: jax.Array = eqx.field(default_factory=lambda: jnp.asarray(0, jnp.int32))
+    num_events: jax.Array = eqx.field(default_factory=lambda: jnp.asarray(0, jnp.int32))
+
+
+# eq=False: a study is a singleton, hashed by identity (it keys compile caches).
+@dataclasses.dataclass(frozen=True, eq=False)
+class Study:
+    """A registered study.
+
+    `solve_point(params, settings) -> PointResult` is pure: `params` maps each
+    parameter name to a scalar, `settings` is a `SolverSettings`.
+    `figures(ds) -> dict[str, matplotlib.figure.Figure]` draws its standard figures.
+    `demo_configs` are TOML texts: small versions of the study's main figures.
+    """
+
+    name: str
+    title: str
+    source: str
+    version: str
+    parameters: tuple[Parameter, ...]
+    outputs: tuple[Output, ...]
+    solve_point: Callable
+    figures: Callable | None = None
+    demo_configs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def parameter(self, name: str) -> Parameter:
+        return self.parameters_by_name[name]
+
+    @property
+    def parameters_by_name(self) -> dict[str, Parameter]:
+        return {p.name: p for p in self.parameters}
+
+    @property
+    def outputs_by_name(self) -> dict[str, Output]:
+        return {o.name: o for o in self.outputs}
+
+    @property
+    def defaults(self) -> dict[str, float]:
+        return {p.name: p.default for p in self.parameters}
+
+
+def available_studies() -> dict[str, Callable[[], Study]]:
+    """Study loaders registered under the `rollsweep.studies` entry-point group."""
+    return {ep.name: ep.load for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def load_study(name: str) -> Study:
+    loaders = available_studies()
+    if name not in loaders:
+        known = ", ".join(sorted(loaders)) or "none registered"
+        raise KeyError(f"unknown study {name!r} (known: {known})")
+    return loaders[name]()

@@ -1,0 +1,129 @@
+"""The `rollsweep` command line."""
+
+import argparse
+import pathlib
+import sys
+
+from ._config import ConfigError, load_sweep
+from ._cube import StoreError
+
+EXIT_BAD_INPUT = 2
+
+
+def _studies(args):
+    from ._study import available_studies
+
+    for name, load in sorted(available_studies().items()):
+        study = load()
+        print(f"{name}: {study.title}\n  source: {study.source}")
+        print("  parameters:")
+        for p in study.parameters:
+            print(f"    {p.name:<20} {p.unit:<7} default {p.default:<10g} allowed {p.allowed}  {p.description}")
+        print("  outputs:")
+        for o in study.outputs:
+            dims = f" dims {dict(o.dims)}" if o.dims else ""
+            print(f"    {o.name:<20} {o.unit:<7} {o.description}{dims}")
+
+
+def _validate(args):
+    from ._cost import check_memory
+
+    sweep = load_sweep(args.config, out=args.out)
+    cost = check_memory(sweep, args.workers or 1)
+    print(f"{args.config}: valid {sweep.study.name} sweep, axes {', '.join(f'{a.name}[{len(a.values)}]' for a in sweep.axes)}")
+    print(cost.describe())
+    print(f"output           {sweep.out} (config hash {sweep.config_hash[:12]})")
+
+
+def _run(args):
+    from ._execute import run
+
+    sweep = load_sweep(args.config, out=args.out)
+    report = run(
+        sweep,
+        executor=args.executor,
+        workers=args.workers,
+        scheduler=args.scheduler,
+        overwrite=args.overwrite,
+        progress=not args.quiet,
+    )
+    print(
+        f"{report.path}: {report.state}; {report.shards_run} shards, {report.points_run:,} points "
+        f"in {report.seconds:.2f} s ({report.rate:,.0f} points/s), {report.failed_points} failed"
+    )
+
+
+def _status(args):
+    from ._status_report import progress
+
+    print(progress(args.path).describe())
+
+
+def _plot(args):
+    from ._plot import plot_cube
+
+    for path in plot_cube(args.path, args.out):
+        print(path)
+
+
+def _demo(args):
+    from ._demo import run_demo
+
+    for path in run_demo(pathlib.Path(args.out), workers=args.workers, executor=args.executor):
+        print(path)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="rollsweep", description=__doc__)
+    sub = top.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("studies", help="list studies, their parameters and outputs").set_defaults(fn=_studies)
+
+    p = sub.add_parser("validate", help="check a sweep file and estimate its cost; writes nothing")
+    p.add_argument("config")
+    p.add_argument("--out", help="override [run] out")
+    p.add_argument("--workers", type=int)
+    p.set_defaults(fn=_validate)
+
+    p = sub.add_parser("run", help="run (or resume) a sweep")
+    p.add_argument("config")
+    p.add_argument("--out", help="override [run] out")
+    p.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
+    p.add_argument("--scheduler", help="address of an existing dask scheduler")
+    p.add_argument("--executor", choices=["local", "inline"], help="override [run] executor")
+    p.add_argument("--overwrite", action="store_true", help="replace a cube written by another config")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(fn=_run)
+
+    p = sub.add_parser("status", help="progress of a cube (being) written")
+    p.add_argument("path")
+    p.set_defaults(fn=_status)
+
+    p = sub.add_parser("plot", help="draw a cube's standard figures as PNG")
+    p.add_argument("path")
+    p.add_argument("--out", help="folder for the PNGs (default: beside the cube)")
+    p.set_defaults(fn=_plot)
+
+    p = sub.add_parser("demo", help="run small versions of every study's main figures")
+    p.add_argument("--out", default="demo", help="folder for cubes and figures (default: demo)")
+    p.add_argument("--workers", type=int)
+    p.add_argument("--executor", choices=["local", "inline"])
+    p.set_defaults(fn=_demo)
+    return top
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        args.fn(args)
+    except (ConfigError, StoreError) as err:
+        print(f"rollsweep: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("rollsweep: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

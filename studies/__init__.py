@@ -1,0 +1,1 @@
+"""rollsweep's studies: one package per paper, each exposing `STUDY`."""

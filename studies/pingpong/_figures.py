@@ -1,0 +1,75 @@
+"""Standard figures of the pingpong study, drawn from a cube."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def _final_vs_spin(ds):
+    fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
+    x = ds["final_displacement"].squeeze()
+    q = ds["spin_ratio"].values
+    ax.plot(q, x.values, lw=1.5)
+    ax.axhline(0, color="0.5", lw=0.8)
+    if "critical_spin_ratio" in ds and ds["critical_spin_ratio"].size == 1:
+        qc = float(ds["critical_spin_ratio"].values.ravel()[0])
+        ax.axvline(qc, color="C3", ls="--", lw=1, label=f"q_c = {qc:.12f}")
+        ax.legend()
+    ax.set_xlabel("spin ratio q = |r thetadot0 / v0|")
+    ax.set_ylabel("final displacement x_final [m]")
+    ax.set_title("Final displacement against spin ratio (Gao 2021, Fig. 14)")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def _critical_map(ds):
+    qc = ds["critical_spin_ratio"]
+    fig, ax = plt.subplots(figsize=(6, 4.5), constrained_layout=True)
+    dims = qc.dims
+    if len(dims) == 1:
+        ax.plot(qc[dims[0]].values, qc.values, marker=".")
+        ax.set_xlabel(dims[0])
+        ax.set_ylabel("critical spin ratio q_c")
+    else:
+        y, x = dims[:2]
+        mesh = ax.pcolormesh(qc[x].values, qc[y].values, qc.transpose(y, x).values, shading="auto")
+        cs = ax.contour(qc[x].values, qc[y].values, qc.transpose(y, x).values, colors="w", linewidths=0.6)
+        ax.clabel(cs, fontsize=7)
+        fig.colorbar(mesh, ax=ax, label="critical spin ratio q_c")
+        ax.set_xlabel(f"{x} [{ds[x].attrs.get('units', '')}]")
+        ax.set_ylabel(f"{y} [{ds[y].attrs.get('units', '')}]")
+        if x == "rolling_resistance":
+            ax.set_xscale("log")
+    ax.set_title("Spin ratio at which the ball returns to its start")
+    return fig
+
+
+def _boundary_map(ds):
+    other = [d for d in ds["final_displacement"].dims if d != "spin_ratio"][0]
+    x = ds["final_displacement"].transpose(other, "spin_ratio")
+    fig, ax = plt.subplots(figsize=(6.5, 4.5), constrained_layout=True)
+    limit = float(np.nanmax(np.abs(x.values)))
+    mesh = ax.pcolormesh(
+        ds["spin_ratio"].values, ds[other].values, x.values, cmap="RdBu", vmin=-limit, vmax=limit, shading="auto"
+    )
+    ax.contour(ds["spin_ratio"].values, ds[other].values, x.values, levels=[0.0], colors="k", linewidths=1.2)
+    fig.colorbar(mesh, ax=ax, label="final displacement [m] (blue: ends ahead, red: behind)")
+    ax.set_xlabel("spin ratio q")
+    ax.set_ylabel(f"{other} [{ds[other].attrs.get('units', '')}]")
+    ax.set_title("Forward/backward boundary (black: x_final = 0)")
+    return fig
+
+
+def figures(ds) -> dict:
+    """The study's standard figures for whatever cube `ds` holds."""
+    dims = ds["final_displacement"].dims
+    found = {}
+    if dims == ("spin_ratio",) or (len(dims) >= 1 and ds.sizes["spin_ratio"] > 1 and len(dims) == 1):
+        found["final_displacement"] = _final_vs_spin(ds)
+    if len(dims) == 2 and "spin_ratio" in dims:
+        found["boundary"] = _boundary_map(ds)
+    if "critical_spin_ratio" in ds and ds["critical_spin_ratio"].ndim >= 1:
+        found["critical_spin_ratio"] = _critical_map(ds)
+    return found

@@ -1,0 +1,61 @@
+"""The pingpong study's declaration: parameters, outputs, figures, demos.
+
+Source: Gao Yunfeng, "The roll of a table tennis ball", Mechanics in
+Engineering 43(5): 753-759, 2021. Defaults are the paper's (section 3).
+"""
+
+import importlib.resources
+import math
+
+from engine import Interval, Output, Parameter, Study
+
+from ._figures import figures
+from ._model import solve_point
+
+POSITIVE = dict(lower_open=True)
+
+PARAMETERS = (
+    Parameter("mass", "kg", 0.003, Interval(0.0, 1.0, **POSITIVE), "ball mass", "m"),
+    Parameter("radius", "m", 0.02, Interval(0.0, 0.5, **POSITIVE), "ball radius", "r"),
+    Parameter("gravity", "m/s^2", 9.8, Interval(0.0, 100.0, **POSITIVE), "gravitational acceleration", "g"),
+    Parameter("friction", "1", 0.3, Interval(0.0, 2.0, **POSITIVE), "sliding friction coefficient", "mu"),
+    Parameter(
+        "rolling_resistance", "m", 0.0002, Interval(0.0, 0.01, **POSITIVE),
+        "rolling-resistance lever (moment delta*N)", "delta",
+    ),
+    Parameter("drag", "1/s", 0.1, Interval(0.0, 10.0), "air drag rate n/(2m)", "beta"),
+    Parameter("initial_speed", "m/s", 1.0, Interval(0.0, 20.0, **POSITIVE), "initial centre speed", "v0"),
+    Parameter(
+        "spin_ratio", "1", 1.0, Interval(0.0, 20.0),
+        "backspin ratio |r thetadot0 / v0|", "q",
+    ),
+)
+
+OUTPUTS = (
+    Output("final_displacement", "m", "resting position of the centre, x_final"),
+    Output("slide_end_time", "s", "end of sliding, t* (slip reaches zero)"),
+    Output("stop_time", "s", "time the ball comes to rest"),
+    Output("roll_start_speed", "m/s", "centre speed when rolling starts, xdot(t*)"),
+    Output("reverses", "1", "1 if the ball rolls backward (mode 2), 0 if it never reverses (mode 1)"),
+    Output("friction_margin", "1", "largest |F|/(mu N) needed while rolling (<= 1: rolling is consistent)"),
+)
+
+
+def _demo_configs() -> dict:
+    folder = importlib.resources.files(__package__) / "demo"
+    return {p.name.removesuffix(".toml"): p.read_text() for p in folder.iterdir() if p.name.endswith(".toml")}
+
+
+STUDY = Study(
+    name="pingpong",
+    title="rolling table-tennis ball with backspin",
+    source='Gao Yunfeng, "The roll of a table tennis ball", Mechanics in Engineering 43(5), 2021',
+    version="1",
+    parameters=PARAMETERS,
+    outputs=OUTPUTS,
+    solve_point=solve_point,
+    figures=figures,
+    demo_configs=_demo_configs(),
+)
+
+assert math.isclose(STUDY.defaults["rolling_resistance"], STUDY.defaults["radius"] / 100)
