@@ -52,11 +52,17 @@ def layouts(sweep: Sweep) -> tuple[Layout, Layout | None]:
     return grid, Layout(tuple(sweep.shape[i] for i in keep), tuple(chunks[i] for i in keep))
 
 
+def batch_size(sweep: Sweep) -> int:
+    """Lanes of one vmapped call: never more than a shard holds. One constant per
+    sweep, so every shard (and the critical search) runs one compiled program."""
+    return min(sweep.batch_size, math.prod(layouts(sweep)[0].chunks))
+
+
 def estimate(sweep: Sweep, workers: int = 1) -> Cost:
     grid, critical = layouts(sweep)
     n_values = sum(math.prod(o.shape) for o in sweep.study.outputs) + len(sweep.axes) + 3
     shard_points = math.prod(grid.chunks)
-    shard_bytes = shard_points * n_values * 8 * _COPIES + sweep.batch_size * LANE_BYTES
+    shard_bytes = shard_points * n_values * 8 * _COPIES + batch_size(sweep) * LANE_BYTES
     budget = psutil.virtual_memory().total // (2 * max(1, workers))
     return Cost(
         points=grid.n_points,
@@ -72,10 +78,12 @@ def estimate(sweep: Sweep, workers: int = 1) -> Cost:
 def check_memory(sweep: Sweep, workers: int = 1) -> Cost:
     cost = estimate(sweep, workers)
     if cost.shard_bytes > cost.memory_budget:
+        lanes = batch_size(sweep) * LANE_BYTES
+        key = "run.batch_size" if lanes > cost.shard_bytes / 2 else "run.shard_size"
         raise ConfigError(
             sweep.file,
-            "run.shard_size",
+            key,
             f"a shard needs ~{cost.shard_bytes / 2**30:.1f} GiB but a worker may use "
-            f"{cost.memory_budget / 2**30:.1f} GiB; lower shard_size or batch_size",
+            f"{cost.memory_budget / 2**30:.1f} GiB; lower {key.split('.')[1]}",
         )
     return cost

@@ -10,7 +10,7 @@ import numpy as np
 
 from ._config import Sweep
 from ._critical import find_critical
-from ._cost import layouts
+from ._cost import batch_size, layouts
 from ._cube import CRITICAL, GRID, critical_name, mark_done, write_region
 from ._evaluate import evaluate
 from ._provenance import device
@@ -29,7 +29,7 @@ def run_grid_shard(sweep: Sweep, path, shard: int) -> dict:
     columns = grid.points(shard, [a.values for a in sweep.axes])
     n = grid.shard_points(shard)
     start = time.perf_counter()
-    result = evaluate(sweep.study, sweep.solver, _point_params(sweep, sweep.axis_names, columns, n), sweep.batch_size)
+    result = evaluate(sweep.study, sweep.solver, _point_params(sweep, sweep.axis_names, columns, n), batch_size(sweep))
     shape = tuple(s.stop - s.start for s in region)
     values = {k: v.reshape(shape + v.shape[1:]) for k, v in result.outputs.items()}
     values["status"] = result.status.reshape(shape)
@@ -52,7 +52,7 @@ def run_critical_shard(sweep: Sweep, path, shard: int) -> dict:
     def output_at(x, index):
         params = {k: v[index] for k, v in base.items()}
         params[c.axis] = x
-        result = evaluate(sweep.study, sweep.solver, params, sweep.batch_size)
+        result = evaluate(sweep.study, sweep.solver, params, batch_size(sweep))
         return result.outputs[c.output], result.status
 
     roots, status = find_critical(output_at, c.bracket, c.target, c.xtol, n)

@@ -5,6 +5,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.colors import SymLogNorm  # noqa: E402
 
 
 def _final_vs_spin(ds):
@@ -51,9 +52,10 @@ def _boundary_map(ds):
     x = ds["final_displacement"].transpose(other, "spin_ratio")
     fig, ax = plt.subplots(figsize=(6.5, 4.5), constrained_layout=True)
     limit = float(np.nanmax(np.abs(x.values)))
-    mesh = ax.pcolormesh(
-        ds["spin_ratio"].values, ds[other].values, x.values, cmap="RdBu", vmin=-limit, vmax=limit, shading="auto"
-    )
+    # Symmetric log: zero drag throws the ball metres away, yet the interesting
+    # part is the centimetres around the boundary.
+    norm = SymLogNorm(linthresh=0.01, vmin=-limit, vmax=limit)
+    mesh = ax.pcolormesh(ds["spin_ratio"].values, ds[other].values, x.values, cmap="RdBu", norm=norm, shading="auto")
     ax.contour(ds["spin_ratio"].values, ds[other].values, x.values, levels=[0.0], colors="k", linewidths=1.2)
     fig.colorbar(mesh, ax=ax, label="final displacement [m] (blue: ends ahead, red: behind)")
     ax.set_xlabel("spin ratio q")

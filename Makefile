@@ -1,0 +1,25 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+# Each creates the virtual environment it needs on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+
+.PHONY: demo test test-all clean
+
+$(BIN)/rollsweep: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $@
+
+demo: $(BIN)/rollsweep  ## run every study's demo sweeps and draw their figures into demo/
+	$(BIN)/rollsweep demo --out demo
+
+test: $(BIN)/rollsweep  ## the default test run (fast tests; slow and slurm tests excluded)
+	$(BIN)/python -m pytest -p no:cacheprovider
+
+test-all: $(BIN)/rollsweep  ## every test, slow ones included
+	$(BIN)/python -m pytest -p no:cacheprovider -m ""
+
+clean:
+	rm -rf $(VENV) demo results

@@ -1,0 +1,31 @@
+"""The command line, end to end on a small sweep."""
+
+from engine.cli import main
+
+
+def test_studies_lists_pingpong_with_units(capsys):
+    assert main(["studies"]) == 0
+    out = capsys.readouterr().out
+    assert "pingpong" in out and "rolling_resistance" in out and "final_displacement" in out
+
+
+def test_run_status_plot(small_sweep, tmp_path, capsys):
+    path = small_sweep(extra="""
+        [critical]
+        output = "final_displacement"
+        axis = "spin_ratio"
+        bracket = [1.0, 3.0]""")
+    cube = tmp_path / "cube.zarr"
+    assert main(["run", str(path), "--quiet"]) == 0
+    assert "created; 6 shards, 24 points" in capsys.readouterr().out
+    assert main(["status", str(cube)]) == 0
+    out = capsys.readouterr().out
+    assert "grid shards      5 / 5 done" in out and "critical shards  1 / 1 done" in out and "complete" in out
+    assert main(["plot", str(cube), "--out", str(tmp_path / "fig")]) == 0
+    png = tmp_path / "fig" / "cube_final_displacement.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_status_of_a_non_cube_is_a_clear_error(tmp_path, capsys):
+    assert main(["status", str(tmp_path)]) == 2
+    assert "not a rollsweep cube" in capsys.readouterr().err
