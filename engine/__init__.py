@@ -1,5 +1,13 @@
 """rollsweep's engine: generic machinery for batch parameter studies."""
 
+from ._config import ConfigError as ConfigError
+from ._config import Sweep as Sweep
+from ._config import load_sweep as load_sweep
+from ._config import parse_sweep as parse_sweep
+from ._cube import StoreError as StoreError
+from ._cube import open_cube as open_cube
+from ._execute import RunReport as RunReport
+from ._execute import run as run
 from ._hybrid import HybridSolution as HybridSolution
 from ._hybrid import HybridSystem as HybridSystem
 from ._hybrid import Mode as Mode
@@ -13,14 +21,5 @@ from ._study import PointResult as PointResult
 from ._study import Study as Study
 from ._study import available_studies as available_studies
 from ._study import load_study as load_study
-
-from ._config import ConfigError as ConfigError
-from ._config import Sweep as Sweep
-from ._config import load_sweep as load_sweep
-from ._config import parse_sweep as parse_sweep
-from ._cube import StoreError as StoreError
-from ._cube import open_cube as open_cube
-from ._execute import RunReport as RunReport
-from ._execute import run as run
 
 __version__ = "0.1.0"

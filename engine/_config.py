@@ -263,7 +263,8 @@ class _Checker:
         output = self.typed(doc, "output", str, prefix="critical.", required=True)
         scalar_outputs = [o.name for o in study.outputs if not o.dims]
         if output not in scalar_outputs:
-            self.fail("critical.output", f"{output!r} is not a scalar output of {study.name!r} ({', '.join(scalar_outputs)})")
+            known = ", ".join(scalar_outputs)
+            self.fail("critical.output", f"{output!r} is not a scalar output of {study.name!r} ({known})")
         axis_name = self.typed(doc, "axis", str, prefix="critical.", required=True)
         axis = next((a for a in axes if a.name == axis_name), None)
         if axis is None:

@@ -32,7 +32,8 @@ class Cost:
         lines = [
             f"grid points      {self.points:,}",
             f"shards           {self.shards:,} of up to {self.shard_points:,} points",
-            f"memory per shard {self.shard_bytes / 2**20:,.1f} MiB (budget {self.memory_budget / 2**20:,.0f} MiB per worker)",
+            f"memory per shard {self.shard_bytes / 2**20:,.1f} MiB "
+            f"(budget {self.memory_budget / 2**20:,.0f} MiB per worker)",
         ]
         if self.critical_points:
             lines.append(

@@ -31,6 +31,10 @@ _INACTIVE = 1.0
 _NEWTON_ITERATIONS = 12
 
 
+def _identity(t, y, params):
+    return y
+
+
 @dataclasses.dataclass(frozen=True)
 class Transition:
     """Leave the current mode when `condition(t, y, args)` crosses zero.
@@ -136,8 +140,10 @@ class HybridSystem:
         def residual_and_slope(dt):
             # The slope along the flow, dg/dt = dg/dt|_y + grad_y g . f, costs one
             # vector-field call and no differentiation through the solver step.
+            def condition(t_, y_):
+                return jax.lax.switch(code, conditions, t_, y_, params)
+
             t, y = t_end + dt, restep(dt)
-            condition = lambda t_, y_: jax.lax.switch(code, conditions, t_, y_, params)
             return jax.jvp(condition, (t, y), (jnp.ones_like(t), self._vector_field(t, y, args)))
 
         lower = t_seg - t_end
@@ -169,9 +175,8 @@ class HybridSystem:
         transitions = self.transitions
         targets = jnp.array([-1 if tr.target is None else tr.target for _, tr in transitions] or [0])
         ends_at_horizon = jnp.array([m.ends_at_horizon for m in self.modes])
-        resets = [
-            (tr.reset if tr.reset is not None else (lambda t, y, p: y)) for _, tr in transitions
-        ]
+        # (A placeholder identity keeps lax.switch well-formed when nothing can fire.)
+        resets = [(tr.reset if tr.reset is not None else _identity) for _, tr in transitions] or [_identity]
         term = diffrax.ODETerm(self._vector_field)
         event = self._event() if transitions else None
         solver = settings.make_solver()
@@ -200,7 +205,10 @@ class HybridSystem:
                 code = jnp.argmax(mask)
             else:
                 code = jnp.asarray(0)
-            t_ev, y_ev, located = self._locate(code, c.t, t_end, y_end, c.mode, params, settings)
+            if event is not None:
+                t_ev, y_ev, located = self._locate(code, c.t, t_end, y_end, c.mode, params, settings)
+            else:  # no transitions anywhere: nothing can fire
+                t_ev, y_ev, located = t_end, y_end, jnp.asarray(False)
             target = targets[code]
             y_next = jax.lax.switch(code, resets, t_ev, y_ev, params)
             k = jnp.minimum(c.num_events, n_seg - 1)

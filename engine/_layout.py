@@ -27,7 +27,7 @@ class Layout:
 
     @property
     def blocks(self) -> tuple[int, ...]:
-        return tuple(math.ceil(n / c) for n, c in zip(self.shape, self.chunks))
+        return tuple(math.ceil(n / c) for n, c in zip(self.shape, self.chunks, strict=True))
 
     @property
     def n_shards(self) -> int:
@@ -40,13 +40,13 @@ class Layout:
     def region(self, shard: int) -> tuple[slice, ...]:
         index = np.unravel_index(shard, self.blocks) if self.shape else ()
         return tuple(
-            slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, self.chunks, self.shape)
+            slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, self.chunks, self.shape, strict=True)
         )
 
     def points(self, shard: int, axes_values) -> dict:
         """The shard's points as flat arrays, one per axis (C order over the block)."""
         region = self.region(shard)
-        pieces = [values[s] for values, s in zip(axes_values, region)]
+        pieces = [values[s] for values, s in zip(axes_values, region, strict=True)]
         mesh = np.meshgrid(*pieces, indexing="ij") if pieces else []
         return [m.ravel() for m in mesh]
 

@@ -9,8 +9,8 @@ import time
 import numpy as np
 
 from ._config import Sweep
-from ._critical import find_critical
 from ._cost import batch_size, layouts
+from ._critical import find_critical
 from ._cube import CRITICAL, GRID, critical_name, mark_done, write_region
 from ._evaluate import evaluate
 from ._provenance import device
@@ -19,7 +19,7 @@ from ._status import Status
 
 def _point_params(sweep: Sweep, names, columns, n) -> dict:
     params = {k: np.full(n, v) for k, v in sweep.parameters.items()}
-    params.update(dict(zip(names, columns)))
+    params.update(dict(zip(names, columns, strict=True)))
     return params
 
 

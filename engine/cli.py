@@ -30,7 +30,8 @@ def _validate(args):
 
     sweep = load_sweep(args.config, out=args.out)
     cost = check_memory(sweep, args.workers or 1)
-    print(f"{args.config}: valid {sweep.study.name} sweep, axes {', '.join(f'{a.name}[{len(a.values)}]' for a in sweep.axes)}")
+    axes = ", ".join(f"{a.name}[{len(a.values)}]" for a in sweep.axes)
+    print(f"{args.config}: valid {sweep.study.name} sweep, axes {axes}")
     print(cost.describe())
     print(f"output           {sweep.out} (config hash {sweep.config_hash[:12]})")
 

@@ -151,5 +151,6 @@ def critical_spin_ratio(p=None, /, bracket=(1.0, 3.0), **kw):
     """q_c with final_displacement = 0 (ball stops where it started)."""
     P = {**DEFAULTS, **(p or {}), **kw}
     P.pop("spin_ratio")
-    f = lambda q: final_displacement(P, spin_ratio=q)
+    def f(q):
+        return final_displacement(P, spin_ratio=q)
     return brentq(f, *bracket, xtol=1e-15, rtol=4 * EPS, maxiter=1000)

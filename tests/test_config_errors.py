@@ -2,8 +2,9 @@
 
 import pytest
 
-from conftest import sweep_file
 from engine.cli import main
+
+from conftest import sweep_file
 
 GOOD = {
     "study": 'study = "pingpong"',
@@ -63,7 +64,7 @@ def test_bad_config_is_reported_and_nothing_written(tmp_path, capsys, command, n
     out = tmp_path / "cube.zarr"
     if isinstance(section, str):
         section, text = (section,), (text,)
-    parts = dict(GOOD, **dict(zip(section, text)))
+    parts = dict(GOOD, **dict(zip(section, text, strict=True)))
     path = sweep_file(tmp_path, "\n".join(parts.values()).replace("OUT", str(out)))
     assert main([command, str(path)]) == 2
     err = capsys.readouterr().err

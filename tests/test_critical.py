@@ -10,11 +10,12 @@ only to the digits it has.
 import numpy as np
 import pytest
 
-import pingpong_closed_form as cf
-from conftest import PINGPONG_DEFAULTS
 from engine._config import load_sweep
 from engine._cube import open_cube
 from engine._execute import run
+
+import pingpong_closed_form as cf
+from conftest import PINGPONG_DEFAULTS
 
 PAPER_QC = 1.7706653870405  # Gao 2021, section 3 (Fig. 15)
 

@@ -4,13 +4,14 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import PINGPONG_DEFAULTS, cubes_identical
 from engine import SolverSettings
 from engine._config import load_sweep
 from engine._cube import open_cube
 from engine._evaluate import _guarded, evaluate
 from engine._execute import run
 from studies.pingpong import STUDY
+
+from conftest import PINGPONG_DEFAULTS, cubes_identical
 
 SETTINGS = SolverSettings(rtol=1e-10, atol=1e-12)
 

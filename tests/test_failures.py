@@ -2,14 +2,15 @@
 
 import numpy as np
 
-import pingpong_closed_form as cf
-from conftest import PINGPONG_DEFAULTS
 from engine import SolverSettings, Status
 from engine._config import load_sweep
 from engine._cube import open_cube
 from engine._evaluate import evaluate
 from engine._execute import run
 from studies.pingpong import STUDY
+
+import pingpong_closed_form as cf
+from conftest import PINGPONG_DEFAULTS
 
 
 def test_tiny_max_steps_fails_only_the_long_points(small_sweep):
@@ -30,7 +31,8 @@ def test_tiny_max_steps_fails_only_the_long_points(small_sweep):
         assert np.all(np.isnan(ds[name].values[failed])), name
     ok = np.argwhere(status == Status.SUCCESS)
     for i, j in ok:
-        p = dict(PINGPONG_DEFAULTS, rolling_resistance=float(ds.rolling_resistance[i]), spin_ratio=float(ds.spin_ratio[j]))
+        p = dict(PINGPONG_DEFAULTS, rolling_resistance=float(ds.rolling_resistance[i]),
+                 spin_ratio=float(ds.spin_ratio[j]))
         assert abs(ds["final_displacement"].values[i, j] - cf.final_displacement(p)) < 1e-8
 
 

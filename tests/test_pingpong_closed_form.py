@@ -11,12 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import pingpong_closed_form as cf
-from conftest import PINGPONG_DEFAULTS
 from engine import SolverSettings
 from engine._evaluate import evaluate
 from studies.pingpong import STUDY
 from studies.pingpong._model import SYSTEM
+
+import pingpong_closed_form as cf
+from conftest import PINGPONG_DEFAULTS
 
 TIGHT = SolverSettings(solver="Dopri8", rtol=1e-12, atol=1e-14)
 

@@ -11,11 +11,12 @@ import time
 import numpy as np
 import pytest
 
-from conftest import cubes_identical
 from engine import Status
 from engine._config import load_sweep
 from engine._cube import StoreError, done_shards, open_cube
 from engine._execute import run
+
+from conftest import cubes_identical
 
 
 def tree_digest(path: pathlib.Path) -> str:

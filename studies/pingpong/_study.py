@@ -5,7 +5,6 @@ Engineering 43(5): 753-759, 2021. Defaults are the paper's (section 3).
 """
 
 import importlib.resources
-import math
 
 from engine import Interval, Output, Parameter, Study
 
@@ -57,5 +56,3 @@ STUDY = Study(
     figures=figures,
     demo_configs=_demo_configs(),
 )
-
-assert math.isclose(STUDY.defaults["rolling_resistance"], STUDY.defaults["radius"] / 100)

@@ -1,0 +1,54 @@
+"""The hybrid segment loop on systems with closed-form solutions."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from engine import HybridSystem, Mode, SolverSettings, Status, Transition
+
+G, H, E = 9.81, 1.0, 0.8  # gravity, drop height, coefficient of restitution
+
+
+def _fall(t, y, p):
+    return jnp.stack([y[1], -G * jnp.ones_like(y[1])])
+
+
+def _bounce(t, y, p):
+    return y.at[1].set(-E * y[1])
+
+
+BALL = HybridSystem(
+    (Mode("flight", _fall, (Transition("impact", lambda t, y, p: y[0], target=0, direction=False, reset=_bounce),)),)
+)
+
+
+def impact_times(n):
+    """Dropped from rest at H: first impact at sqrt(2H/G), then flights of 2 E^k v1 / G."""
+    v1 = np.sqrt(2 * G * H)
+    flights = [np.sqrt(2 * H / G)] + [2 * E**k * v1 / G for k in range(1, n)]
+    return np.cumsum(flights)
+
+
+def test_bouncing_ball_event_times_and_segment_bound():
+    settings = SolverSettings(solver="Dopri5", rtol=1e-12, atol=1e-14, max_segments=6)
+    sol = jax.jit(lambda y0: BALL.solve(y0, 0, {}, settings))(jnp.array([H, 0.0]))
+    # Each bounce is a new segment: the bound stops the (Zeno) motion, flagged.
+    assert sol.status == Status.MAX_SEGMENTS
+    assert int(sol.num_events) == 6
+    np.testing.assert_allclose(np.asarray(sol.event_t), impact_times(6), rtol=0, atol=1e-12)
+    # State before each reset: on the ground, moving down at E^k v1.
+    speeds = np.sqrt(2 * G * H) * E ** np.arange(6)
+    np.testing.assert_allclose(np.asarray(sol.event_y)[:, 1], -speeds, rtol=0, atol=1e-11)
+    np.testing.assert_allclose(np.asarray(sol.event_y)[:, 0], 0.0, atol=1e-13)
+
+
+def test_mode_without_transitions_ends_at_horizon():
+    decay = HybridSystem((Mode("decay", lambda t, y, k: -k * y, ends_at_horizon=True),))
+    sol = decay.solve(jnp.array([1.0]), 0, jnp.asarray(2.0), SolverSettings(t_max=1.0, rtol=1e-12, atol=1e-14))
+    assert sol.status == Status.SUCCESS and int(sol.num_events) == 0
+    assert abs(float(sol.y[0]) - np.exp(-2.0)) < 1e-12
+
+
+def test_horizon_without_terminal_event_is_event_not_found():
+    sol = BALL.solve(jnp.array([H, 0.0]), 0, {}, SolverSettings(t_max=0.1))  # lands at 0.45 s
+    assert sol.status == Status.EVENT_NOT_FOUND
