@@ -2,6 +2,7 @@
 # Each creates the virtual environment it needs on first use.
 PYTHON ?= python3
 VENV   ?= .venv
+EXTRAS ?= test   # CI adds crosscheck: EXTRAS=test,crosscheck
 BIN     = $(VENV)/bin
 
 .PHONY: demo test test-all clean
@@ -9,7 +10,7 @@ BIN     = $(VENV)/bin
 $(BIN)/rollsweep: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q -e ".[$(strip $(EXTRAS))]"
 	touch $@
 
 demo: $(BIN)/rollsweep  ## run every study's demo sweeps and draw their figures into demo/

@@ -14,6 +14,7 @@ from ._hybrid import Mode as Mode
 from ._hybrid import Transition as Transition
 from ._solver import SolverSettings as SolverSettings
 from ._status import Status as Status
+from ._study import Constraint as Constraint
 from ._study import Interval as Interval
 from ._study import Output as Output
 from ._study import Parameter as Parameter

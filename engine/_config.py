@@ -16,7 +16,7 @@ import numpy as np
 from ._solver import DTYPES, SOLVERS, SolverSettings
 from ._study import Study, load_study
 
-TOP_LEVEL_KEYS = {"study", "parameters", "axes", "solver", "critical", "run", "slurm"}
+TOP_LEVEL_KEYS = {"study", "outputs", "parameter_file", "parameters", "axes", "solver", "critical", "run", "slurm"}
 RUN_KEYS = {"shard_size", "batch_size", "out", "executor", "workers"}
 EXECUTORS = ("local", "inline", "slurm")
 CRITICAL_KEYS = {"output", "axis", "bracket", "target", "xtol"}
@@ -51,6 +51,7 @@ class Sweep:
     file: str
     text: str
     study: Study
+    outputs: tuple[str, ...]  # the study's outputs this cube holds
     parameters: dict  # every parameter not swept: the study's default or the override
     axes: tuple[Axis, ...]
     solver: SolverSettings
@@ -74,6 +75,7 @@ class Sweep:
         """Everything that determines the cube's values and layout (not where or how it runs)."""
         return {
             "study": self.study.name,
+            "outputs": list(self.outputs),
             "parameters": {k: float(v) for k, v in sorted(self.parameters.items())},
             "axes": [[a.name, [float(x) for x in a.values]] for a in self.axes],
             "solver": dataclasses.asdict(self.solver),
@@ -113,10 +115,12 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
         raise ConfigError(file, "study", err.args[0]) from None
 
     known = study.parameters_by_name
-    overrides = check.table(doc, "parameters")
+    from_file, table = check.parameter_file(doc, study), check.table(doc, "parameters")
+    overrides = from_file | table  # [parameters] wins over the file
+    source = {name: "parameter_file" for name in from_file} | {name: "parameters" for name in table}
     axes_doc = check.table(doc, "axes")
     for name, value in overrides.items():
-        key = f"parameters.{name}"
+        key = f"{source[name]}.{name}"
         if name not in known:
             raise ConfigError(file, key, f"unknown parameter of study {study.name!r} (known: {', '.join(known)})")
         if name in axes_doc:
@@ -126,9 +130,13 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
         raise ConfigError(file, "axes", "no axis given: a sweep needs at least one swept parameter")
     axes = tuple(check.axis(name, spec, known) for name, spec in axes_doc.items())
     parameters = {n: float(overrides.get(n, p.default)) for n, p in known.items() if n not in axes_doc}
+    check.constraints(study, parameters, axes, overrides)
+    outputs = check.outputs(doc, study)
 
     solver = check.solver(check.table(doc, "solver"))
     critical = check.critical(check.table(doc, "critical"), study, axes)
+    if critical and critical.output not in outputs:
+        raise ConfigError(file, "critical.output", f"{critical.output!r} is not among the selected outputs")
     run = check.table(doc, "run")
     for key in run:
         if key not in RUN_KEYS:
@@ -144,6 +152,7 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
         file=str(file),
         text=text,
         study=study,
+        outputs=outputs,
         parameters=parameters,
         axes=axes,
         solver=solver,
@@ -162,6 +171,19 @@ class _Checker:
 
     def __init__(self, file):
         self.file = file
+
+    def parameter_file(self, doc, study) -> dict:
+        name = self.typed(doc, "parameter_file", str)
+        if name is None:
+            return {}
+        if study.read_parameter_file is None:
+            self.fail("parameter_file", f"study {study.name!r} reads no parameter files")
+        path = pathlib.Path(self.file).parent / name  # relative to the sweep file
+        try:
+            values = study.read_parameter_file(path)
+        except (OSError, ValueError, KeyError) as err:
+            self.fail("parameter_file", f"cannot read {path}: {err}")
+        return values
 
     def fail(self, key, reason):
         raise ConfigError(self.file, key, reason)
@@ -233,6 +255,37 @@ class _Checker:
             if v not in known[name].allowed:
                 self.fail(key, f"value {v!r} (index {i}) is outside the allowed range {known[name].allowed}")
         return Axis(name, values, spec)
+
+    def outputs(self, doc, study) -> tuple[str, ...]:
+        names = [o.name for o in study.outputs]
+        if "outputs" not in doc:
+            return tuple(names)
+        chosen = doc["outputs"]
+        if not isinstance(chosen, list) or not chosen or not all(isinstance(x, str) for x in chosen):
+            self.fail("outputs", "must be a non-empty list of output names")
+        for i, name in enumerate(chosen):
+            if name not in names:
+                self.fail(f"outputs[{i}]", f"{name!r} is not an output of {study.name!r} ({', '.join(names)})")
+        return tuple(n for n in names if n in chosen)  # the study's order
+
+    def constraints(self, study, parameters, axes, overrides):
+        """Check each multi-parameter constraint on every combination it sees."""
+        swept = {a.name: a.values for a in axes}
+        for constraint in study.constraints:
+            involved = constraint.parameters
+            varying = [n for n in involved if n in swept]
+            mesh = np.meshgrid(*(swept[n] for n in varying), indexing="ij") if varying else []
+            values = {n: parameters[n] for n in involved if n not in swept}
+            values |= {n: m.ravel() for n, m in zip(varying, mesh, strict=True)}
+            ok = np.broadcast_to(np.asarray(constraint.holds(values)), (mesh[0].size if mesh else 1,))
+            if ok.all():
+                continue
+            i = int(np.argmin(ok))
+            at = ", ".join(f"{n}={np.ravel(values[n])[i if n in swept else 0]:g}" for n in involved)
+            key = next((f"axes.{n}" for n in varying), None) or next(
+                (f"parameters.{n}" for n in involved if n in overrides), "parameters"
+            )
+            self.fail(key, f"{constraint.message} (at {at})")
 
     def solver(self, doc) -> SolverSettings:
         fields = {f.name: f for f in dataclasses.fields(SolverSettings)}

@@ -61,7 +61,7 @@ def batch_size(sweep: Sweep) -> int:
 
 def estimate(sweep: Sweep, workers: int = 1) -> Cost:
     grid, critical = layouts(sweep)
-    n_values = sum(math.prod(o.shape) for o in sweep.study.outputs) + len(sweep.axes) + 3
+    n_values = sum(math.prod(sweep.study.outputs_by_name[n].shape) for n in sweep.outputs) + len(sweep.axes) + 3
     shard_points = math.prod(grid.chunks)
     shard_bytes = shard_points * n_values * 8 * _COPIES + batch_size(sweep) * LANE_BYTES
     budget = psutil.virtual_memory().total // (2 * max(1, workers))

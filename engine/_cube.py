@@ -63,10 +63,14 @@ def structure(sweep: Sweep) -> xr.Dataset:
         p = study.parameter(axis.name)
         coords[axis.name] = (axis.name, axis.values, {"units": p.unit, "long_name": p.description})
     data = {}
-    for o in study.outputs:
+    for o in (study.outputs_by_name[name] for name in sweep.outputs):
         extra = tuple(name for name, _ in o.dims)
+        for dim, labels in o.labels.items():
+            coords[dim] = (dim, np.array(labels, dtype=object))  # zarr v3 "string" dtype
         shape, chunks = grid.shape + o.shape, grid.chunks + o.shape
         attrs = {"units": o.unit, "long_name": o.description}
+        if o.optional:
+            attrs["note"] = "NaN where absent (not a failure: see status)"
         data[o.name] = (dims + extra, da.full(shape, np.nan, chunks=chunks), attrs)
     counters = {
         "status": ("int8", status_attrs()),

@@ -34,7 +34,7 @@ def _in_range(study: Study, params):
     return ok
 
 
-def _guarded(study: Study, settings: SolverSettings):
+def _guarded(study: Study, settings: SolverSettings, selected: tuple[str, ...]):
     """The study's point function with the engine's guarantees around it."""
     dtype = jnp.dtype(settings.dtype)
 
@@ -45,25 +45,31 @@ def _guarded(study: Study, settings: SolverSettings):
         # or poison its batch; its outputs are discarded below.
         safe = {p.name: jnp.where(in_range, params[p.name], p.default) for p in study.parameters}
         result = study.solve_point(safe, settings)
-        finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(v)) for v in result.outputs.values()]))
+        required = [result.outputs[k] for k in selected if not study.outputs_by_name[k].optional]
+        finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(v)) for v in required] or [True]))
         status = jnp.asarray(result.status, jnp.int8)
         status = jnp.where((status == Status.SUCCESS) & ~finite, jnp.int8(Status.NONFINITE), status)
         status = jnp.where(in_range, status, jnp.int8(Status.OUT_OF_RANGE))
         ok = status == Status.SUCCESS
-        outputs = {k: jnp.where(ok, jnp.asarray(v, dtype), jnp.nan) for k, v in result.outputs.items()}
+        # Only the selected outputs leave the function: XLA drops the work of the rest.
+        outputs = {k: jnp.where(ok, jnp.asarray(result.outputs[k], dtype), jnp.nan) for k in selected}
         return outputs, status, jnp.asarray(result.num_steps, jnp.int32), jnp.asarray(result.num_events, jnp.int32)
 
     return run
 
 
 @functools.cache
-def compiled(study: Study, settings: SolverSettings):
-    return jax.jit(jax.vmap(_guarded(study, settings)))
+def compiled(study: Study, settings: SolverSettings, selected: tuple[str, ...]):
+    return jax.jit(jax.vmap(_guarded(study, settings, selected)))
 
 
-def evaluate(study: Study, settings: SolverSettings, params: dict, batch_size: int) -> Evaluation:
-    """Solve every point of `params` (name -> equal-length 1-D arrays)."""
-    fn = compiled(study, settings)
+def evaluate(study: Study, settings: SolverSettings, params: dict, batch_size: int, outputs=None) -> Evaluation:
+    """Solve every point of `params` (name -> equal-length 1-D arrays).
+
+    `outputs` names the outputs wanted (default: all the study declares).
+    """
+    selected = tuple(outputs) if outputs is not None else tuple(o.name for o in study.outputs)
+    fn = compiled(study, settings, selected)
     n = len(next(iter(params.values())))
     names = [p.name for p in study.parameters]
     columns = {k: np.asarray(params[k], dtype=settings.dtype) for k in names}
@@ -74,7 +80,7 @@ def evaluate(study: Study, settings: SolverSettings, params: dict, batch_size: i
         take = np.concatenate([np.arange(start, stop), np.full(batch_size - (stop - start), start)])
         batch = {k: v[take] for k, v in columns.items()}
         pieces.append((stop - start, fn(batch)))
-    outs = {k: [] for k in (o.name for o in study.outputs)}
+    outs = {k: [] for k in selected}
     status, steps, events = [], [], []
     for count, (o, s, st, ev) in pieces:  # device -> host after all batches are queued
         for k in outs:

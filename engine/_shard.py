@@ -29,7 +29,8 @@ def run_grid_shard(sweep: Sweep, path, shard: int) -> dict:
     columns = grid.points(shard, [a.values for a in sweep.axes])
     n = grid.shard_points(shard)
     start = time.perf_counter()
-    result = evaluate(sweep.study, sweep.solver, _point_params(sweep, sweep.axis_names, columns, n), batch_size(sweep))
+    params = _point_params(sweep, sweep.axis_names, columns, n)
+    result = evaluate(sweep.study, sweep.solver, params, batch_size(sweep), sweep.outputs)
     shape = tuple(s.stop - s.start for s in region)
     values = {k: v.reshape(shape + v.shape[1:]) for k, v in result.outputs.items()}
     values["status"] = result.status.reshape(shape)
@@ -52,7 +53,7 @@ def run_critical_shard(sweep: Sweep, path, shard: int) -> dict:
     def output_at(x, index):
         params = {k: v[index] for k, v in base.items()}
         params[c.axis] = x
-        result = evaluate(sweep.study, sweep.solver, params, batch_size(sweep))
+        result = evaluate(sweep.study, sweep.solver, params, batch_size(sweep), (c.output,))
         return result.outputs[c.output], result.status
 
     roots, status = find_critical(output_at, c.bracket, c.target, c.xtol, n)

@@ -54,16 +54,38 @@ class Parameter:
 
 @dataclasses.dataclass(frozen=True)
 class Output:
-    """One result of a study; `dims` name extra dimensions with their sizes."""
+    """One result of a study.
+
+    dims: extra dimensions, each (name, size) or (name, labels) where labels
+    (a tuple of strings) become the dimension's coordinate, e.g.
+    ("mode", ("weave", "weave_conjugate", "capsize", "caster")).
+    optional: NaN is a legitimate value meaning "absent" (e.g. no weave speed
+    in the searched range), not a failure of the point.
+    """
 
     name: str
     unit: str
     description: str
-    dims: tuple[tuple[str, int], ...] = ()
+    dims: tuple[tuple[str, int | tuple[str, ...]], ...] = ()
+    optional: bool = False
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(size for _, size in self.dims)
+        return tuple(n if isinstance(n, int) else len(n) for _, n in self.dims)
+
+    @property
+    def labels(self) -> dict[str, tuple[str, ...]]:
+        return {name: n for name, n in self.dims if not isinstance(n, int)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Constraint:
+    """A condition on several parameters together, checked on every grid point
+    before a run: `holds(params) -> bool array` on numpy arrays."""
+
+    parameters: tuple[str, ...]
+    holds: Callable
+    message: str
 
 
 class PointResult(eqx.Module):
@@ -95,6 +117,10 @@ class Study:
     solve_point: Callable
     figures: Callable | None = None
     demo_configs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    constraints: tuple[Constraint, ...] = ()
+    # Optional reader of a study-specific parameter file (a sweep's `parameter_file`):
+    # path -> {parameter name: value}.
+    read_parameter_file: Callable | None = None
 
     def parameter(self, name: str) -> Parameter:
         return self.parameters_by_name[name]

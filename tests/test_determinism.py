@@ -20,7 +20,7 @@ def test_vmapped_equals_per_point_loop():
     q = np.linspace(0.0, 3.0, 11)
     columns = {k: np.full(q.size, v) for k, v in PINGPONG_DEFAULTS.items()} | {"spin_ratio": q}
     batched = evaluate(STUDY, SETTINGS, columns, batch_size=4)
-    single = jax.jit(_guarded(STUDY, SETTINGS))
+    single = jax.jit(_guarded(STUDY, SETTINGS, tuple(o.name for o in STUDY.outputs)))
     for i in range(q.size):
         outputs, status, steps, events = single({k: v[i] for k, v in columns.items()})
         assert status == batched.status[i] and steps == batched.num_steps[i]

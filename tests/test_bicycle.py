@@ -1,0 +1,151 @@
+"""Whipple bicycle study against Meijaard et al. 2007 (section 6a, Table 2)."""
+
+import bicycle_reference as ref
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from engine import SolverSettings, Status
+from engine._evaluate import evaluate
+from studies.bicycle import BENCHMARK, STUDY
+from studies.bicycle._canonical import canonical_matrices, characteristic_coefficients, state_matrix
+from studies.bicycle._parameters import CONSTRAINTS, DESIGN_NAMES
+from studies.bicycle._roots import MODES, cold_roots
+from studies.bicycle._speeds import double_root_speed, weave_speed
+from studies.bicycle._study import lapack_eigenvalues
+
+SETTINGS = SolverSettings()
+
+
+def jnp_params(p):
+    return {k: jnp.asarray(v) for k, v in p.items()}
+
+
+def random_designs(n, seed=0, spread=0.25):
+    """Benchmark perturbed by up to +-25% per parameter, inertias kept physical.
+
+    The benchmark's wheels and fork sit close to the triangle inequality, so the
+    perturbed polar / yy inertias are pulled back inside it, then every design is
+    checked against the study's own constraints.
+    """
+    rng = np.random.default_rng(seed)
+    d = {k: BENCHMARK[k] * rng.uniform(1 - spread, 1 + spread, n) for k in DESIGN_NAMES}
+    d["g"] = np.full(n, BENCHMARK["g"])
+    for wheel in "RF":
+        d[f"I{wheel}yy"] = np.minimum(d[f"I{wheel}yy"], 1.98 * d[f"I{wheel}xx"])
+    for body in "BH":
+        # Principal moments in the xz plane, I1 >= I3; triangle: I1 - I3 <= Iyy <= I1 + I3.
+        xx, zz, xz = d[f"I{body}xx"], d[f"I{body}zz"], d[f"I{body}xz"]
+        half = np.hypot((xx - zz) / 2, xz)
+        d[f"I{body}yy"] = np.clip(d[f"I{body}yy"], 1.01 * 2 * half, 0.99 * (xx + zz))
+    assert all(np.all(c.holds(d)) for c in CONSTRAINTS)
+    return d
+
+
+def test_canonical_matrices_match_the_benchmark():
+    M, C1, K0, K2 = canonical_matrices(jnp_params(BENCHMARK))
+    for got, want in ((M, ref.M), (C1, ref.C1), (K0, ref.K0), (K2, ref.K2)):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=1e-12)
+
+
+def test_inputs_are_not_mutated():
+    p = dict(BENCHMARK)
+    canonical_matrices(p)
+    assert p == BENCHMARK and "IRzz" not in p
+
+
+@pytest.fixture(scope="module")
+def table2_speeds():
+    v = np.concatenate([[0.0], ref.TABLE2[:, 0]])
+    columns = {k: np.full(v.size, x) for k, x in STUDY.defaults.items()} | {"v": v}
+    result = evaluate(STUDY, SETTINGS, columns, batch_size=16)
+    assert np.all(result.status == Status.SUCCESS)
+    return result
+
+
+def test_eigenvalues_at_zero_speed(table2_speeds):
+    re, im = table2_speeds.outputs["eigenvalue_real"][0], table2_speeds.outputs["eigenvalue_imag"][0]
+    small, large = ref.V0_ROOTS
+    np.testing.assert_allclose(re, [large, small, -small, -large], rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(im, 0.0)
+
+
+def test_eigenvalues_match_table2_with_modes_labelled(table2_speeds):
+    """Meijaard et al. 2007, Table 2(b), (c), v = 1..10 m/s (v = 2 row corrected)."""
+    re = table2_speeds.outputs["eigenvalue_real"][1:]
+    im = table2_speeds.outputs["eigenvalue_imag"][1:]
+    weave, conj, capsize, caster = (MODES.index(m) for m in MODES)
+    np.testing.assert_allclose(re[:, weave], ref.TABLE2[:, 1], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(im[:, weave], ref.TABLE2[:, 2], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(re[:, conj], ref.TABLE2[:, 1], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(im[:, conj], -ref.TABLE2[:, 2], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(re[:, capsize], ref.TABLE2[:, 3], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(re[:, caster], ref.TABLE2[:, 4], rtol=0, atol=1e-12)
+
+
+def test_characteristic_speeds_match_table2(table2_speeds):
+    """Meijaard et al. 2007, Table 2(a): vd, vw, vc to 1e-10."""
+    out = table2_speeds.outputs
+    np.testing.assert_allclose(out["double_root_speed"], ref.DOUBLE_ROOT_SPEED, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(out["weave_speed"], ref.WEAVE_SPEED, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(out["capsize_speed"], ref.CAPSIZE_SPEED, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(out["stable_speed_width"], ref.CAPSIZE_SPEED - ref.WEAVE_SPEED, atol=1e-10)
+    matrices = canonical_matrices(jnp_params(BENCHMARK))
+    _, frequency = weave_speed(matrices, BENCHMARK["g"], 10.0)
+    _, root = double_root_speed(matrices, BENCHMARK["g"], 10.0)
+    assert abs(float(frequency) - ref.WEAVE_FREQUENCY) < 1e-10
+    assert abs(float(root) - ref.DOUBLE_ROOT) < 1e-10
+
+
+def test_speeds_absent_from_the_searched_range_are_nan_not_failures():
+    columns = {k: np.array([x]) for k, x in STUDY.defaults.items()} | {"max_speed": np.array([3.0])}
+    result = evaluate(STUDY, SETTINGS, columns, batch_size=1)
+    assert result.status[0] == Status.SUCCESS
+    assert np.isnan(result.outputs["weave_speed"][0]) and np.isnan(result.outputs["capsize_speed"][0])
+    assert abs(result.outputs["double_root_speed"][0] - ref.DOUBLE_ROOT_SPEED) < 1e-10
+
+
+def test_characteristic_equation_symmetry_v_lambda_to_minus():
+    """If (v, lambda) solves det(...) = 0, so does (-v, -lambda): random designs."""
+    designs = random_designs(20, seed=1)
+    for i in range(20):
+        p = jnp_params({k: v[i] for k, v in designs.items()})
+        for v in (0.7, 3.0, 8.0):
+            plus = cold_roots(characteristic_coefficients(p, v).astype(complex))
+            minus = -cold_roots(characteristic_coefficients(p, -v).astype(complex))
+            assert_same_roots(plus, minus, atol=1e-11 * (1 + float(jnp.abs(plus).max())))
+
+
+def assert_same_roots(a, b, atol):
+    """Equal as multisets: each root of `a` has its own root of `b` within atol."""
+    b = list(np.asarray(b))
+    for root in np.asarray(a):
+        j = int(np.argmin([abs(root - x) for x in b]))
+        assert abs(root - b[j]) <= atol, (a, b)
+        b.pop(j)
+
+
+def test_quartic_path_matches_numpy_eigvals_on_random_designs():
+    designs = random_designs(40, seed=2)
+    speeds = np.linspace(0.0, 10.0, 40)
+    columns = {k: designs[k] for k in DESIGN_NAMES} | {"v": speeds, "max_speed": np.full(40, 10.0)}
+    result = evaluate(STUDY, SETTINGS, columns, batch_size=16, outputs=("eigenvalue_real", "eigenvalue_imag"))
+    for i in range(40):
+        p = {k: designs[k][i] for k in DESIGN_NAMES}
+        quartic = result.outputs["eigenvalue_real"][i] + 1j * result.outputs["eigenvalue_imag"][i]
+        numpy_eig = np.linalg.eigvals(np.asarray(state_matrix(jnp_params(p), speeds[i])))
+        assert_same_roots(quartic, numpy_eig, atol=1e-10 * (1 + np.abs(numpy_eig).max()))
+
+
+def test_device_independent_path_matches_lapack_path():
+    """The quartic path (runs on any device) against JAX's LAPACK eig (CPU)."""
+    designs = random_designs(16, seed=3)
+    p = jnp_params({k: designs[k] for k in DESIGN_NAMES})
+    speeds = jnp.linspace(0.5, 9.5, 16)
+    lapack = np.asarray(jax.vmap(lapack_eigenvalues)(p, speeds))
+    columns = {k: designs[k] for k in DESIGN_NAMES} | {"v": np.asarray(speeds), "max_speed": np.full(16, 10.0)}
+    result = evaluate(STUDY, SETTINGS, columns, batch_size=16, outputs=("eigenvalue_real", "eigenvalue_imag"))
+    quartic = result.outputs["eigenvalue_real"] + 1j * result.outputs["eigenvalue_imag"]
+    for i in range(16):
+        assert_same_roots(quartic[i], lapack[i], atol=1e-10 * (1 + np.abs(lapack[i]).max()))
