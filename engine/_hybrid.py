@@ -162,6 +162,21 @@ class HybridSystem:
 
         zero = jnp.zeros_like(t_end)
         dt, change, _ = jax.lax.while_loop(unconverged, newton, (zero, jnp.full_like(zero, jnp.inf), 0))
+
+        # Land strictly past the crossing (the sign at the step end, dt = 0): a
+        # state left at rounding-level zero on the near side would make the next
+        # segment "cross" again at once and fire the event twice.
+        after = jnp.sign(residual_and_slope(zero)[0])
+
+        def before_crossing(carry):
+            dt, step = carry
+            return (jnp.sign(residual_and_slope(dt)[0]) != after) & (dt < 0)
+
+        def advance(carry):
+            dt, step = carry
+            return jnp.minimum(dt + step, 0.0), 4 * step
+
+        dt, _ = jax.lax.while_loop(before_crossing, advance, (dt, jnp.maximum(tol, 1e-300)))
         y = restep(dt)
         # Rounding noise in the residual can keep the last update a few ulps above
         # `tol`; an update 1e3 times that is still ~1e-13 relative: located.

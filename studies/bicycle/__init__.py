@@ -3,4 +3,5 @@
 
 from ._parameters import BENCHMARK as BENCHMARK
 from ._parameters import load_design as load_design
+from ._response import RESPONSE as RESPONSE
 from ._study import STUDY as STUDY

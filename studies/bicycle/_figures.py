@@ -64,3 +64,20 @@ def figures(ds) -> dict:
     if "stable_speed_width" in ds and ds["stable_speed_width"].ndim >= 2:
         found["design_map"] = _design_map(ds)
     return found
+
+
+def response_figures(ds) -> dict:
+    """Weave period seen in the time response against the linear prediction."""
+    if ds["weave_period"].dims != ("v",):
+        return {}
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 5.5), sharex=True, constrained_layout=True)
+    v = ds["v"].values
+    top.plot(v, ds["weave_period_linear"].values, label="linear: 2 pi / Im(weave eigenvalue)")
+    top.plot(v, ds["weave_period"].values, "o", ms=3, label="time response: 2 x lean-extremum spacing")
+    top.set_ylabel("weave period [s]")
+    top.legend(fontsize=8)
+    top.set_title("Release at lean rate 0.5 rad/s (Meijaard et al. 2007, section 8)", fontsize=10)
+    bottom.plot(v, ds["fall_time"].values, "o-", ms=3, color="C3")
+    bottom.set_ylabel("fall time [s] (none: did not fall)")
+    bottom.set_xlabel("forward speed v [m/s]")
+    return {"response": fig}
