@@ -222,8 +222,8 @@ class _Checker:
 
     def value_in_range(self, key, value, parameter):
         value = self.number(key, value)
-        if value not in parameter.allowed:
-            self.fail(key, f"{value!r} is outside the allowed range {parameter.allowed} {parameter.unit}".rstrip())
+        if not parameter.admits(value):
+            self.fail(key, f"{value!r} is outside the allowed range {parameter.domain} {parameter.unit}".rstrip())
         return value
 
     def axis(self, name, spec, known) -> Axis:
@@ -252,8 +252,8 @@ class _Checker:
         if len(values) > 1 and not (np.all(steps > 0) or np.all(steps < 0)):
             self.fail(key, "values must be strictly increasing or strictly decreasing")
         for i, v in enumerate(values):
-            if v not in known[name].allowed:
-                self.fail(key, f"value {v!r} (index {i}) is outside the allowed range {known[name].allowed}")
+            if not known[name].admits(v):
+                self.fail(key, f"value {v!r} (index {i}) is outside the allowed range {known[name].domain}")
         return Axis(name, values, spec)
 
     def outputs(self, doc, study) -> tuple[str, ...]:
@@ -331,8 +331,8 @@ class _Checker:
                 self.fail("critical.bracket", f"lower {lo!r} must be below upper {hi!r}")
             parameter = study.parameter(axis_name)
             for v in (lo, hi):
-                if v not in parameter.allowed:
-                    self.fail("critical.bracket", f"{v!r} is outside the allowed range {parameter.allowed}")
+                if not parameter.admits(v):
+                    self.fail("critical.bracket", f"{v!r} is outside the allowed range {parameter.domain}")
         else:
             lo, hi = float(axis.values.min()), float(axis.values.max())
         target = self.number("critical.target", doc.get("target", 0.0))

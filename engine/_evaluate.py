@@ -31,6 +31,8 @@ def _in_range(study: Study, params):
         x, a = params[p.name], p.allowed
         ok &= (x > a.lower) if a.lower_open else (x >= a.lower)
         ok &= (x < a.upper) if a.upper_open else (x <= a.upper)
+        if p.integer:
+            ok &= x == jnp.round(x)
     return ok
 
 

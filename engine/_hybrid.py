@@ -35,18 +35,37 @@ def _identity(t, y, params):
     return y
 
 
+def _crossed(before, after, direction):
+    """diffrax's rule for a sign change in the given direction."""
+    old, new = jnp.sign(before), jnp.sign(after)
+    if direction is None:
+        return old != new
+    return (old <= 0) & (new > 0) if direction else (old > 0) & (new <= 0)
+
+
+def _target_function(target):
+    """A transition's target as a function of the event state (negative: end)."""
+    if callable(target):
+        return lambda t, y, p: jnp.asarray(target(t, y, p), jnp.int32)
+    index = -1 if target is None else target
+    return lambda t, y, p: jnp.asarray(index, jnp.int32)
+
+
 @dataclasses.dataclass(frozen=True)
 class Transition:
     """Leave the current mode when `condition(t, y, args)` crosses zero.
 
     direction: None (either way), True (upcrossing) or False (downcrossing).
-    target: index of the next mode, or None to end the solve (terminal event).
+    target: index of the next mode, or None to end the solve (terminal event), or
+        a function `(t, y, args) -> index` (negative: end) of the state at the
+        event, before the reset: e.g. a ball that reaches the table plane
+        bounces inside the table and ends its flight outside it.
     reset: state map `(t, y, args) -> y` applied at the event; identity if None.
     """
 
     name: str
     condition: Callable
-    target: int | None
+    target: int | None | Callable
     direction: bool | None = None
     reset: Callable | None = None
 
@@ -183,12 +202,36 @@ class HybridSystem:
         located = (change <= 1e3 * tol) & jnp.all(jnp.isfinite(y))
         return t_end + dt, y, located
 
+    def _earliest(self, c, t_end, y_end, event_mask, params, settings):
+        """The transition that fired first inside the segment's last step.
+
+        diffrax stops at the step where some condition changed sign, but reports
+        only the first *declared* one. Several can cross within one long step (a
+        parabola is integrated exactly: one step may span a whole flight, net and
+        table both). A condition crossed in that step exactly when its signs at
+        the segment's start and end differ in its direction (no earlier step
+        fired), so each such one is located and the earliest wins.
+        """
+        reported = jax.tree_util.tree_leaves(event_mask)
+        times, states, oks = [], [], []
+        for j, (source, tr) in enumerate(self.transitions):
+            before = tr.condition(c.t, c.y, params)
+            after = tr.condition(t_end, y_end, params)
+            crossed = _crossed(before, after, tr.direction) & (c.mode == source)
+            t_j, y_j, ok_j = self._locate(jnp.asarray(j), c.t, t_end, y_end, c.mode, params, settings)
+            candidate = (crossed | reported[j]) & ok_j
+            times.append(jnp.where(candidate, t_j, jnp.inf))
+            states.append(y_j)
+            oks.append(candidate)
+        code = jnp.argmin(jnp.stack(times))
+        return code, jnp.stack(times)[code], jnp.stack(states)[code], jnp.stack(oks)[code]
+
     def solve(self, y0, mode0, params, settings: SolverSettings) -> HybridSolution:
         dtype = y0.dtype
         n_state = y0.shape[0]
         n_seg = settings.max_segments
         transitions = self.transitions
-        targets = jnp.array([-1 if tr.target is None else tr.target for _, tr in transitions] or [0])
+        targets = [_target_function(tr.target) for _, tr in transitions] or [_target_function(None)]
         ends_at_horizon = jnp.array([m.ends_at_horizon for m in self.modes])
         # (A placeholder identity keeps lax.switch well-formed when nothing can fire.)
         resets = [(tr.reset if tr.reset is not None else _identity) for _, tr in transitions] or [_identity]
@@ -216,15 +259,10 @@ class HybridSystem:
             steps = c.num_steps + sol.stats["num_steps"]
             fired = sol.result == diffrax.RESULTS.event_occurred
             if event is not None:
-                mask = jnp.array(jax.tree_util.tree_leaves(sol.event_mask))
-                code = jnp.argmax(mask)
-            else:
-                code = jnp.asarray(0)
-            if event is not None:
-                t_ev, y_ev, located = self._locate(code, c.t, t_end, y_end, c.mode, params, settings)
+                code, t_ev, y_ev, located = self._earliest(c, t_end, y_end, sol.event_mask, params, settings)
             else:  # no transitions anywhere: nothing can fire
-                t_ev, y_ev, located = t_end, y_end, jnp.asarray(False)
-            target = targets[code]
+                code, t_ev, y_ev, located = jnp.asarray(0), t_end, y_end, jnp.asarray(False)
+            target = jax.lax.switch(code, targets, t_ev, y_ev, params)
             y_next = jax.lax.switch(code, resets, t_ev, y_ev, params)
             k = jnp.minimum(c.num_events, n_seg - 1)
 

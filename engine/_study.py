@@ -46,10 +46,18 @@ class Parameter:
     allowed: Interval
     description: str
     symbol: str = ""
+    integer: bool = False  # only whole numbers (e.g. a model selector)
 
     def __post_init__(self):
-        if self.default not in self.allowed:
+        if not self.admits(self.default):
             raise ValueError(f"default of {self.name!r} lies outside {self.allowed}")
+
+    def admits(self, value: float) -> bool:
+        return value in self.allowed and (not self.integer or float(value).is_integer())
+
+    @property
+    def domain(self) -> str:
+        return f"{self.allowed}{' (whole numbers)' if self.integer else ''}"
 
 
 @dataclasses.dataclass(frozen=True)

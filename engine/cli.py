@@ -1,6 +1,7 @@
 """The `rollsweep` command line."""
 
 import argparse
+import os
 import pathlib
 import sys
 
@@ -18,7 +19,7 @@ def _studies(args):
         print(f"{name}: {study.title}\n  source: {study.source}")
         print("  parameters:")
         for p in study.parameters:
-            print(f"    {p.name:<20} {p.unit:<7} default {p.default:<10g} allowed {p.allowed}  {p.description}")
+            print(f"    {p.name:<20} {p.unit:<7} default {p.default:<10g} allowed {p.domain}  {p.description}")
         print("  outputs:")
         for o in study.outputs:
             dims = f" dims {dict(o.dims)}" if o.dims else ""
@@ -120,6 +121,9 @@ def main(argv=None) -> int:
     except (ConfigError, StoreError) as err:
         print(f"rollsweep: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        return 0
     except KeyboardInterrupt:
         print("rollsweep: interrupted; run the same command again to resume", file=sys.stderr)
         return 130

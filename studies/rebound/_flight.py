@@ -1,0 +1,157 @@
+"""Flight between bounces: where a serve or a return lands.
+
+Point ball with gravity, quadratic drag and Magnus lift (the project's
+specification, "Flight"): a = -g ez - kD |v| v + kM (w x v), with
+kD = rho CD pi r^2 / (2 m), kM = rho CM pi r^3 / (2 m); spin is constant in
+flight and changes only at bounces. State (x, y, z, vx, vy, vz, wx, wy, wz).
+
+Table top at z = 0 from x = 0 to 2.74 m, |y| <= 0.7625 m; net plane x = 1.37 m,
+0.1525 m high. The ball is launched from the near half (x < 1.37) towards +x.
+Events:
+- the centre reaches z = r falling: on the near half inside the table it
+  bounces (the rebound model) and flies on; anywhere else the flight ends there
+  (on the far half inside the table: in; outside the table: out; a second
+  bounce on the near half: a fault);
+- the centre crosses the net plane lower than the net top plus r: net fault.
+"""
+
+import importlib.resources
+
+import jax.numpy as jnp
+
+from engine import HybridSystem, Interval, Mode, Output, Parameter, PointResult, Status, Study, Transition
+
+from ._bounce import table_bounce
+from ._figures import landing_figures
+from ._fit import PAPER_FRICTION, PAPER_RESTITUTION, learned_coefficients
+
+LENGTH, HALF_WIDTH, NET_X, NET_HEIGHT = 2.74, 0.7625, 1.37, 0.1525
+FLIGHT = 0
+TABLE, NET = 0, 1  # transition codes, in declaration order
+IN, NET_FAULT, OUT, DOUBLE_BOUNCE = 1.0, 2.0, 3.0, 4.0
+
+
+def _coefficients(p):
+    m, r = p["mass"], p["radius"]
+    k_drag = p["air_density"] * p["drag_coefficient"] * jnp.pi * r**2 / (2 * m)
+    k_magnus = p["air_density"] * p["magnus_coefficient"] * jnp.pi * r**3 / (2 * m)
+    return k_drag, k_magnus
+
+
+def _fly(t, y, p):
+    v, w = y[3:6], y[6:9]
+    k_drag, k_magnus = _coefficients(p)
+    a = -k_drag * jnp.linalg.norm(v) * v + k_magnus * jnp.cross(w, v)
+    a = a.at[2].add(-p["gravity"])
+    return jnp.concatenate([v, a, jnp.zeros(3, y.dtype)])
+
+
+def _inside(y):
+    return (y[0] >= 0) & (y[0] <= LENGTH) & (jnp.abs(y[1]) <= HALF_WIDTH)
+
+
+def _own_half_bounce(y):
+    return _inside(y) & (y[0] < NET_X)
+
+
+def _bounce(t, y, p):
+    v, w, _ = table_bounce(y[3:6], y[6:9], p["restitution"], p["friction"], p["radius"], p["model"],
+                           jnp.asarray(learned_coefficients(), y.dtype))
+    return jnp.concatenate([y[:3], v, w])
+
+
+SYSTEM = HybridSystem((
+    Mode("flight", _fly, (
+        Transition("table_plane", lambda t, y, p: y[2] - p["radius"], direction=False,
+                   target=lambda t, y, p: jnp.where(_own_half_bounce(y), FLIGHT, -1),
+                   reset=lambda t, y, p: jnp.where(_own_half_bounce(y), _bounce(t, y, p), y)),
+        Transition("net_plane", lambda t, y, p: y[0] - NET_X,
+                   target=lambda t, y, p: jnp.where(y[2] < NET_HEIGHT + p["radius"], -1, FLIGHT)),
+    )),
+))
+
+
+def launch_state(p):
+    elevation, azimuth = jnp.radians(p["elevation"]), jnp.radians(p["azimuth"])
+    speed = p["launch_speed"]
+    v = speed * jnp.stack([jnp.cos(elevation) * jnp.cos(azimuth), jnp.cos(elevation) * jnp.sin(azimuth),
+                           jnp.sin(elevation)])
+    # Topspin for travel along +x is +wy (the bottom of the ball moves backward).
+    w = jnp.stack([jnp.zeros_like(speed), p["topspin"], p["sidespin"]])
+    return jnp.concatenate([jnp.stack([p["x0"], p["y0"], p["z0"]]), v, w])
+
+
+def solve_landing(p, settings):
+    dtype = jnp.dtype(settings.dtype)
+    sol = SYSTEM.solve(launch_state(p).astype(dtype), FLIGHT, p, settings)
+    codes, ys = sol.event_code, sol.event_y
+    last = jnp.maximum(sol.num_events - 1, 0)
+    end_code, end = codes[last], sol.y
+    bounced = (codes == TABLE) & (jnp.arange(codes.size) < last)
+    own_bounce = jnp.argmax(bounced)
+    has_bounce = jnp.any(bounced)
+    at_net = end_code == NET
+    landed_far = (end_code == TABLE) & _inside(end) & (end[0] >= NET_X)
+    landed_near = (end_code == TABLE) & _inside(end) & (end[0] < NET_X)
+    outcome = jnp.select([at_net, landed_far, landed_near], [NET_FAULT, IN, DOUBLE_BOUNCE], OUT).astype(dtype)
+    nan = jnp.full((), jnp.nan, dtype)
+    outputs = {
+        "outcome": outcome,
+        "lands_in": (outcome == IN).astype(dtype),
+        "landing_x": jnp.where(at_net, nan, end[0]),
+        "landing_y": jnp.where(at_net, nan, end[1]),
+        "flight_time": sol.t,
+        "bounce_x": jnp.where(has_bounce, ys[own_bounce, 0], nan),
+        "bounce_y": jnp.where(has_bounce, ys[own_bounce, 1], nan),
+        "net_clearance": jnp.nan * jnp.zeros((), dtype),
+    }
+    # Height above the net top where the centre crossed the net plane.
+    crossed = codes == NET
+    outputs["net_clearance"] = jnp.where(jnp.any(crossed), ys[jnp.argmax(crossed), 2] - NET_HEIGHT - p["radius"],
+                                         nan)
+    status = jnp.where((sol.status == Status.SUCCESS) & (sol.num_events > 0), sol.status,
+                       jnp.where(sol.status == Status.SUCCESS, jnp.int8(Status.EVENT_NOT_FOUND), sol.status))
+    return PointResult(outputs, status, sol.num_steps, sol.num_events)
+
+
+LANDING = Study(
+    name="rebound_landing",
+    title="where a served or returned ball lands: flight with drag and Magnus lift, bounces by the rebound model",
+    source='Ren, Xu, Tan, "Rebound model ..." (bounce); flight model of the project\'s specification',
+    version="1",
+    parameters=(
+        Parameter("x0", "m", -0.2, Interval(-5.0, NET_X, upper_open=True), "launch position x (table from 0 to 2.74)"),
+        Parameter("y0", "m", 0.0, Interval(-3.0, 3.0), "launch position y"),
+        Parameter("z0", "m", 0.25, Interval(0.0, 3.0, lower_open=True), "launch height of the centre"),
+        Parameter("launch_speed", "m/s", 9.0, Interval(0.0, 40.0, lower_open=True), "launch speed"),
+        Parameter("elevation", "deg", 5.0, Interval(-80.0, 80.0), "launch angle above horizontal"),
+        Parameter("azimuth", "deg", 0.0, Interval(-60.0, 60.0), "launch direction from the +x axis"),
+        Parameter("topspin", "rad/s", 100.0, Interval(-1000.0, 1000.0), "spin about y (+: topspin, -: backspin)"),
+        Parameter("sidespin", "rad/s", 0.0, Interval(-1000.0, 1000.0), "spin about z"),
+        Parameter("mass", "kg", 0.0027, Interval(0.0, 0.1, lower_open=True), "ball mass", "m"),
+        Parameter("gravity", "m/s^2", 9.81, Interval(0.0, 100.0), "gravitational acceleration", "g"),
+        Parameter("air_density", "kg/m^3", 1.20, Interval(0.0, 10.0), "air density", "rho"),
+        Parameter("drag_coefficient", "1", 0.50, Interval(0.0, 5.0), "drag coefficient", "CD"),
+        Parameter("magnus_coefficient", "1", 1.0, Interval(0.0, 5.0), "Magnus (lift) coefficient", "CM"),
+        Parameter("restitution", "1", PAPER_RESTITUTION, Interval(0.0, 1.0, lower_open=True), "table restitution e"),
+        Parameter("friction", "1", PAPER_FRICTION, Interval(0.0, 2.0), "table friction mu"),
+        Parameter("radius", "m", 0.02, Interval(0.0, 0.1, lower_open=True), "ball radius", "r"),
+        Parameter("model", "1", 0.0, Interval(0.0, 2.0), "bounce model: 0 physical, 1 classical, 2 learned",
+                  integer=True),
+    ),
+    outputs=(
+        Output("outcome", "1", "1 in (far half), 2 net fault, 3 out (off the table), 4 second bounce on the near half"),
+        Output("lands_in", "1", "1 if the ball lands on the far half of the table"),
+        Output("landing_x", "m", "where the flight ends on the table plane, x (NaN: net fault)", optional=True),
+        Output("landing_y", "m", "where the flight ends on the table plane, y (NaN: net fault)", optional=True),
+        Output("flight_time", "s", "time from launch to the end of the flight"),
+        Output("bounce_x", "m", "bounce on the near half, x (a serve; NaN: none)", optional=True),
+        Output("bounce_y", "m", "bounce on the near half, y (NaN: none)", optional=True),
+        Output("net_clearance", "m", "height of the ball above the net top at the net plane (NaN: not reached)",
+               optional=True),
+    ),
+    solve_point=solve_landing,
+    figures=landing_figures,
+    demo_configs={"rebound_landing": (importlib.resources.files(__package__) / "demo" / "landing"
+                                      / "rebound_landing.toml").read_text()},
+)

@@ -1,0 +1,194 @@
+"""Rebound studies: the bounce map, the regime map on derived axes, Table 1.
+
+Source: Ren, Xu, Tan, "Rebound model between spinning table tennis ball and
+table/racket" (seed 001), restated in the project's specification.
+"""
+
+import importlib.resources
+
+import jax.numpy as jnp
+
+from engine import Interval, Output, Parameter, PointResult, Status, Study
+
+from ._bounce import critical_angle, incidence_angle, racket_bounce, rotation
+from ._figures import regime_figures, table1_figures
+from ._fit import PAPER_FRICTION, PAPER_RESTITUTION, learned_coefficients, load_table1
+
+SPEED = Interval(-50.0, 50.0)
+SPIN = Interval(-1000.0, 1000.0)
+ANGLE = Interval(-3.15, 3.15)
+
+
+def _surface_parameters():
+    return (
+        Parameter("restitution", "1", PAPER_RESTITUTION, Interval(0.0, 1.0, lower_open=True),
+                  "coefficient of restitution e (seed's fit)", "e"),
+        Parameter("friction", "1", PAPER_FRICTION, Interval(0.0, 2.0), "friction coefficient mu (seed's fit)", "mu"),
+        Parameter("radius", "m", 0.02, Interval(0.0, 0.1, lower_open=True), "ball radius", "r"),
+        Parameter("model", "1", 0.0, Interval(0.0, 2.0), "bounce model: 0 physical, 1 classical, 2 learned",
+                  integer=True),
+    )
+
+
+def _bounce_outputs():
+    def component(c):
+        return Output(f"out_{c}", "m/s" if c[0] == "v" else "rad/s",
+                      f"outgoing {'velocity' if c[0] == 'v' else 'spin'} {c[1]}")
+
+    return tuple(component(c) for c in ("vx", "vy", "vz", "wx", "wy", "wz")) + (
+        Output("regime", "1", "1 sliding (incidence >= critical angle), 0 rolling"),
+        Output("incidence_angle", "deg", "angle between the contact point's incoming velocity and the normal"),
+        Output("critical_angle", "deg", "critical friction angle arctan(5 (1 + e) mu / 2)"),
+        Output("out_speed", "m/s", "outgoing speed |Ve|"),
+        Output("out_angle", "deg", "angle of the outgoing velocity from the normal"),
+    )
+
+
+def _bounce(v, w, p, racket_velocity, T, dtype):
+    learned = jnp.asarray(learned_coefficients(), dtype)
+    out_v, out_w, sliding = racket_bounce(
+        v, w, p["restitution"], p["friction"], p["radius"], p["model"], learned, racket_velocity, T
+    )
+    v_local, w_local = T.T @ (v - racket_velocity), T.T @ w
+    normal_out = (T.T @ (out_v - racket_velocity))[2]
+    outputs = {f"out_{c}{x}": vec[i] for c, vec in (("v", out_v), ("w", out_w)) for i, x in enumerate("xyz")}
+    outputs |= {
+        "regime": sliding.astype(dtype),
+        "incidence_angle": jnp.degrees(incidence_angle(v_local, w_local, p["radius"])),
+        "critical_angle": jnp.degrees(critical_angle(p["restitution"], p["friction"])).astype(dtype),
+        "out_speed": jnp.linalg.norm(out_v),
+        "out_angle": jnp.degrees(jnp.arctan2(jnp.linalg.norm((T.T @ out_v)[:2]), normal_out)),
+    }
+    # Only a ball moving into the surface bounces.
+    status = jnp.where(v_local[2] < 0, Status.SUCCESS, Status.OUT_OF_RANGE).astype(jnp.int8)
+    return outputs, status
+
+
+def solve_rebound(p, settings):
+    dtype = jnp.dtype(settings.dtype)
+    v = jnp.stack([p["vx"], p["vy"], p["vz"]])
+    w = jnp.stack([p["wx"], p["wy"], p["wz"]])
+    racket_velocity = jnp.stack([p["racket_vx"], p["racket_vy"], p["racket_vz"]])
+    T = rotation(p["racket_roll"], p["racket_pitch"], p["racket_yaw"])
+    outputs, status = _bounce(v, w, p, racket_velocity, T, dtype)
+    return PointResult(outputs, status)
+
+
+def _incoming(speed, alpha, s, r):
+    """Incoming (v, w) with contact incidence angle alpha and spin ratio s = r wy / |v|.
+
+    The slip u = vx - r wy >= 0 along x and cot(alpha) = |vz| / u give
+    u = S (sin(alpha) sqrt(1 - s^2 cos^2(alpha)) - s sin^2(alpha)); no such
+    motion exists where the root is imaginary or u < 0.
+    """
+    sin, cos = jnp.sin(alpha), jnp.cos(alpha)
+    root = 1 - s**2 * cos**2
+    sqrt = jnp.sqrt(jnp.maximum(root, 0.0))
+    u = speed * (sin * sqrt - s * sin**2)
+    vz = -speed * (cos * sqrt - s * sin * cos)
+    exists = (root >= 0) & (u >= 0) & (vz < 0)
+    zero = jnp.zeros_like(speed)
+    v = jnp.stack([u + s * speed, zero, vz])
+    w = jnp.stack([zero, s * speed / r, zero])
+    return v, w, exists
+
+
+def solve_regime(p, settings):
+    dtype = jnp.dtype(settings.dtype)
+    v, w, exists = _incoming(p["speed"], jnp.radians(p["incidence_angle"]), p["spin_ratio"], p["radius"])
+    zero = jnp.zeros(3, dtype)
+    outputs, status = _bounce(v, w, p, zero, jnp.eye(3, dtype=dtype), dtype)
+    outputs = {k: outputs[k] for k in ("out_vx", "out_vz", "out_wy", "out_speed", "out_angle", "regime",
+                                       "critical_angle")}
+    outputs |= {
+        "in_vx": v[0], "in_vz": v[2], "in_wy": w[1],
+        "out_spin_ratio": p["radius"] * outputs["out_wy"] / outputs["out_speed"],
+    }
+    status = jnp.where(exists, status, jnp.int8(Status.OUT_OF_RANGE))
+    return PointResult(outputs, status)
+
+
+_TABLE1 = load_table1()
+
+
+def solve_table1(p, settings):
+    """Prediction and error (measured - predicted) for one measured bounce."""
+    dtype = jnp.dtype(settings.dtype)
+    i = p["sample"].astype(int) - 1
+    vi, wi = jnp.asarray(_TABLE1["vi"].values, dtype)[i], jnp.asarray(_TABLE1["wi"].values, dtype)[i]
+    ve, we = jnp.asarray(_TABLE1["ve"].values, dtype)[i], jnp.asarray(_TABLE1["we"].values, dtype)[i]
+    outputs, status = _bounce(vi, wi, p, jnp.zeros(3, dtype), jnp.eye(3, dtype=dtype), dtype)
+    errors = {f"error_{c}{x}": measured[j] - outputs[f"out_{c}{x}"]
+              for c, measured in (("v", ve), ("w", we)) for j, x in enumerate("xyz")}
+    return PointResult({k: outputs[k] for k in outputs if k.startswith("out_")} | errors | {
+        "regime": outputs["regime"]}, status)
+
+
+def _demos(*names):
+    folder = importlib.resources.files(__package__) / "demo"
+    return {n: (folder / f"{n}.toml").read_text() for n in names}
+
+
+SOURCE = 'Ren, Xu, Tan, "Rebound model between spinning table tennis ball and table/racket"'
+
+REBOUND = Study(
+    name="rebound",
+    title="spinning ball bouncing on a table or a moving racket (impulse model)",
+    source=SOURCE,
+    version="1",
+    parameters=tuple(
+        Parameter(n, "m/s", d, SPEED, f"incoming velocity, {n[1]} (surface frame when no racket)", n)
+        for n, d in (("vx", 0.92), ("vy", -2.89), ("vz", -2.46))
+    ) + tuple(
+        Parameter(n, "rad/s", d, SPIN, f"incoming spin, {n[1]}", n) for n, d in (("wx", -35.44), ("wy", 4.13),
+                                                                             ("wz", -7.29))
+    ) + _surface_parameters() + tuple(
+        Parameter(f"racket_v{x}", "m/s", 0.0, SPEED, f"racket velocity, {x} (world frame)") for x in "xyz"
+    ) + tuple(
+        Parameter(f"racket_{a}", "rad", 0.0, ANGLE, f"racket orientation: {a} (T = Rz(yaw) Ry(pitch) Rx(roll))")
+        for a in ("roll", "pitch", "yaw")
+    ),
+    outputs=_bounce_outputs(),
+    solve_point=solve_rebound,
+)
+
+REGIME = Study(
+    name="rebound_regime",
+    title="rebound regime map over incidence angle and spin ratio (derived axes)",
+    source=SOURCE,
+    version="1",
+    parameters=(
+        Parameter("speed", "m/s", 3.8, Interval(0.0, 50.0, lower_open=True), "incoming speed |Vi|"),
+        Parameter("incidence_angle", "deg", 45.0, Interval(0.0, 90.0, upper_open=True),
+                  "contact incidence angle alpha: cot(alpha) = |vz| / |u|", "alpha"),
+        Parameter("spin_ratio", "1", 0.0, Interval(-5.0, 5.0),
+                  "r wy / |Vi| (positive: topspin for a ball moving along +x)", "s"),
+    ) + _surface_parameters(),
+    outputs=tuple(o for o in _bounce_outputs() if o.name in ("out_vx", "out_vz", "out_wy", "out_speed", "out_angle",
+                                                              "regime", "critical_angle")) + (
+        Output("in_vx", "m/s", "incoming velocity x the axes stand for"),
+        Output("in_vz", "m/s", "incoming velocity z the axes stand for"),
+        Output("in_wy", "rad/s", "incoming spin y the axes stand for"),
+        Output("out_spin_ratio", "1", "outgoing r wy / |Ve|"),
+    ),
+    solve_point=solve_regime,
+    figures=regime_figures,
+    demo_configs=_demos("rebound_regime"),
+)
+
+TABLE1 = Study(
+    name="rebound_table1",
+    title="the rebound models against the 12 measured bounces of Table 1",
+    source=SOURCE + ", Tables 1 and 2",
+    version="1",
+    parameters=(Parameter("sample", "1", 1.0, Interval(1.0, 12.0), "Table 1 sample number", integer=True),)
+    + _surface_parameters(),
+    outputs=tuple(o for o in _bounce_outputs() if o.name.startswith("out_") and o.name[4] in "vw")
+    + tuple(Output(f"error_{c}", "m/s" if c[0] == "v" else "rad/s", f"measured minus predicted outgoing {c}")
+            for c in ("vx", "vy", "vz", "wx", "wy", "wz"))
+    + (Output("regime", "1", "1 sliding, 0 rolling"),),
+    solve_point=solve_table1,
+    figures=table1_figures,
+    demo_configs=_demos("rebound_table1"),
+)
+
