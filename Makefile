@@ -3,6 +3,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 EXTRAS ?= test   # CI adds crosscheck: EXTRAS=test,crosscheck
+MARKERS ?= not slow and not slurm   # CI runs the slurm tests too: MARKERS="not slow"
 BIN     = $(VENV)/bin
 
 .PHONY: demo test test-all clean
@@ -17,7 +18,7 @@ demo: $(BIN)/rollsweep  ## run every study's demo sweeps and draw their figures 
 	$(BIN)/rollsweep demo --out demo
 
 test: $(BIN)/rollsweep  ## the default test run (fast tests; slow and slurm tests excluded)
-	$(BIN)/python -m pytest -p no:cacheprovider
+	$(BIN)/python -m pytest -p no:cacheprovider -m "$(strip $(MARKERS))"
 
 test-all: $(BIN)/rollsweep  ## every test, slow ones included
 	$(BIN)/python -m pytest -p no:cacheprovider -m ""

@@ -48,6 +48,16 @@ def open_cube(path) -> xr.Dataset:
         return xr.open_zarr(path, consolidated=True)
 
 
+def cube_sweep(path) -> Sweep:
+    """The sweep that made a cube, re-read from its attributes."""
+    from ._config import parse_sweep
+
+    attrs = read_attrs(path)
+    if "config_hash" not in attrs:
+        raise StoreError(f"{path}: not a rollsweep cube")
+    return parse_sweep(attrs["config"], file=attrs.get("config_file", str(path)), out=str(path))
+
+
 def critical_name(sweep_or_axis) -> str:
     axis = sweep_or_axis if isinstance(sweep_or_axis, str) else sweep_or_axis.critical.axis
     return f"critical_{axis}"
@@ -181,6 +191,25 @@ def mark_done(path, kind: str, shard: int, info: dict) -> None:
     tmp = final.with_suffix(".tmp")
     tmp.write_text(json.dumps(info))
     os.replace(tmp, final)  # atomic: a marker is either absent or complete
+    failed_marker(path, kind, shard).unlink(missing_ok=True)
+
+
+def failed_marker(path, kind: str, shard: int) -> pathlib.Path:
+    return pathlib.Path(path) / MARKERS / "failed" / f"{kind}-{shard:08d}.json"
+
+
+def mark_failed(path, kind: str, shard: int, error: str) -> None:
+    """Record a shard whose computation raised; a later run retries it."""
+    final = failed_marker(path, kind, shard)
+    final.parent.mkdir(exist_ok=True)
+    tmp = final.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"kind": kind, "shard": shard, "error": error}))
+    os.replace(tmp, final)
+
+
+def failed_shards(path) -> list[dict]:
+    folder = pathlib.Path(path) / MARKERS / "failed"
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
 
 
 def done_shards(path, kind: str) -> set[int]:

@@ -66,11 +66,22 @@ def solve_shard(text: str, file: str, out: str, kind: str, shard: int) -> dict:
 
 
 @contextlib.contextmanager
-def dask_client(scheduler: str | None, workers: int):
+def dask_client(scheduler: str | None, workers: int, slurm=None):
+    """A client of an existing scheduler, of SLURM worker jobs (`slurm`: Resources),
+    or of an embedded local cluster."""
     from distributed import Client, LocalCluster
 
     if scheduler:
         with Client(scheduler) as client:
+            yield client
+        return
+    if slurm is not None:
+        from ._slurm import jobqueue_cluster
+
+        with jobqueue_cluster(slurm) as cluster, Client(cluster) as client:
+            # Keep `tasks` worker jobs alive: a job that dies (cancelled, node lost)
+            # is replaced and its shards are retried by dask.
+            cluster.adapt(minimum_jobs=slurm.tasks, maximum_jobs=slurm.tasks)
             yield client
         return
     # Each worker keeps XLA to one thread; a lone worker gained nothing from XLA's
@@ -89,8 +100,15 @@ def run(
     scheduler: str | None = None,
     overwrite: bool = False,
     progress: bool = True,
+    slurm: dict | None = None,
 ) -> RunReport:
+    """Run (or resume) a sweep. `slurm`: command-line SLURM settings (executor "slurm")."""
     executor = "local" if scheduler else (executor or sweep.executor)
+    resources = None
+    if executor == "slurm":
+        from ._slurm import resolve
+
+        resources = resolve(sweep.slurm, slurm or {}, sweep.file)
     workers = workers or sweep.workers or default_workers()
     check_memory(sweep, workers)
     configure()
@@ -108,7 +126,7 @@ def run(
         dynamic_ncols=True,
     )
     with bar:
-        for i, info in enumerate(_results(sweep, tasks, executor, workers, scheduler), 1):
+        for i, info in enumerate(_results(sweep, tasks, executor, workers, scheduler, resources), 1):
             failed += info["failed"]
             bar.set_description(f"{sweep.study.name} shards {i}/{len(tasks)}")
             bar.update(info["points"])
@@ -122,19 +140,17 @@ def run(
     )
 
 
-def _results(sweep: Sweep, tasks, executor: str, workers: int, scheduler: str | None):
+def _results(sweep: Sweep, tasks, executor: str, workers: int, scheduler: str | None, resources=None):
     if not tasks:
         return
-    out = str(sweep.out)
+    out = str(sweep.out.resolve())
     if executor == "inline":
         for kind, shard, _ in tasks:
             yield RUNNERS[kind](sweep, out, shard)
         return
-    if executor != "local":
-        raise ValueError(f"executor {executor!r} is not available here (use local, inline or --scheduler)")
     from distributed import as_completed
 
-    with dask_client(scheduler, workers) as client:
+    with dask_client(scheduler, workers, resources) as client:
         futures = [
             client.submit(
                 solve_shard, sweep.text, sweep.file, out, kind, shard,

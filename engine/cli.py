@@ -48,11 +48,36 @@ def _run(args):
         scheduler=args.scheduler,
         overwrite=args.overwrite,
         progress=not args.quiet,
+        slurm=_slurm_keywords(args),
     )
     print(
         f"{report.path}: {report.state}; {report.shards_run} shards, {report.points_run:,} points "
         f"in {report.seconds:.2f} s ({report.rate:,.0f} points/s), {report.failed_points} failed"
     )
+
+
+def _slurm_keywords(args) -> dict:
+    return {k: getattr(args, k) for k in ("partition", "account", "cores", "memory", "walltime", "gpus", "tasks")}
+
+
+def _submit(args):
+    from ._submit import submit
+
+    sweep = load_sweep(args.config, out=args.out)
+    result = submit(sweep, _slurm_keywords(args), dry_run=args.dry_run)
+    if args.dry_run:
+        print(result.script, end="")
+    elif result.array_job is None:
+        print(f"{sweep.out}: complete, nothing to submit")
+    else:
+        print(f"submitted job array {result.array_job} ({result.tasks} tasks, {result.shards} shards) and check "
+              f"job {result.check_job}; follow with: rollsweep status {sweep.out}")
+
+
+def _work(args):
+    from ._submit import work
+
+    return work(args.store, args.task, args.share)
 
 
 def _status(args):
@@ -75,6 +100,17 @@ def _demo(args):
         print(path)
 
 
+def _slurm_options(p, tasks_help):
+    g = p.add_argument_group("SLURM (override the sweep's [slurm] table and ~/.config/rollsweep/slurm.toml)")
+    g.add_argument("--partition")
+    g.add_argument("--account")
+    g.add_argument("--cores", type=int, help="CPUs per job")
+    g.add_argument("--memory", help="memory per job, e.g. 4G")
+    g.add_argument("--walltime", help="e.g. 01:00:00")
+    g.add_argument("--gpus", type=int, help="GPUs per job (one worker per GPU)")
+    g.add_argument("--tasks", type=int, help=tasks_help)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="rollsweep", description=__doc__)
     sub = top.add_subparsers(dest="command", required=True)
@@ -92,10 +128,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="override [run] out")
     p.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
     p.add_argument("--scheduler", help="address of an existing dask scheduler")
-    p.add_argument("--executor", choices=["local", "inline"], help="override [run] executor")
+    p.add_argument("--executor", choices=["local", "inline", "slurm"], help="override [run] executor")
     p.add_argument("--overwrite", action="store_true", help="replace a cube written by another config")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _slurm_options(p, tasks_help="worker jobs (executor slurm)")
     p.set_defaults(fn=_run)
+
+    p = sub.add_parser("submit", help="submit a sweep to SLURM as a job array")
+    p.add_argument("config")
+    p.add_argument("--out", help="override [run] out")
+    p.add_argument("--dry-run", action="store_true", help="print the job script; submit and write nothing")
+    _slurm_options(p, tasks_help="array tasks")
+    p.set_defaults(fn=_submit)
+
+    p = sub.add_parser("work", help="(run by a SLURM array task) compute one task's share of the shards")
+    p.add_argument("store")
+    p.add_argument("--task", type=int, required=True)
+    p.add_argument("--share", required=True)
+    p.set_defaults(fn=_work)
 
     p = sub.add_parser("status", help="progress of a cube (being) written")
     p.add_argument("path")
@@ -117,7 +167,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
-        args.fn(args)
+        code = args.fn(args)
     except (ConfigError, StoreError) as err:
         print(f"rollsweep: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -127,7 +177,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("rollsweep: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,150 @@
+"""SLURM: resources, job scripts, job-array submission, and the dask-jobqueue cluster.
+
+Settings resolve keyword (command line) > the sweep's [slurm] table > the user
+file ~/.config/rollsweep/slurm.toml > defaults. Job scripts are text rendered
+by a pure function from a frozen `Resources` and the templates in slurm/.
+"""
+
+import dataclasses
+import json
+import os
+import pathlib
+import shlex
+import string
+import subprocess
+import sys
+import time
+import tomllib
+
+from ._config import ConfigError
+
+TEMPLATES = pathlib.Path(__file__).resolve().parent.parent / "slurm"
+_CONFIG_HOME = pathlib.Path(os.environ.get("XDG_CONFIG_HOME", pathlib.Path.home() / ".config"))
+USER_FILE = _CONFIG_HOME / "rollsweep" / "slurm.toml"
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """What one SLURM job (an array task, or one dask worker) asks for."""
+
+    partition: str | None = None
+    account: str | None = None
+    cores: int = 1
+    memory: str = "4G"
+    walltime: str = "01:00:00"
+    gpus: int = 0  # one dask worker / array task per GPU
+    tasks: int = 8  # array tasks (submit) or worker jobs (dask executor)
+    extra_directives: tuple[str, ...] = ()  # further "#SBATCH ..." lines, e.g. "--qos=short"
+    setup: tuple[str, ...] = ()  # shell lines run first, e.g. "module load cuda"
+    interface: str | None = None  # network interface of dask workers ("lo" on a single machine)
+    python: str = sys.executable
+
+    def directives(self) -> list[str]:
+        lines = []
+        if self.partition:
+            lines.append(f"#SBATCH --partition={self.partition}")
+        if self.account:
+            lines.append(f"#SBATCH --account={self.account}")
+        if self.gpus:
+            lines.append(f"#SBATCH --gpus-per-task={self.gpus}")
+        lines += [f"#SBATCH {d}" for d in self.extra_directives]
+        return lines
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(Resources)}
+
+
+def _checked(table: dict, origin: str) -> dict:
+    """Validate one layer of settings, naming where a bad key came from."""
+    values = {}
+    for key, value in table.items():
+        if key not in FIELDS:
+            raise ConfigError(origin, f"slurm.{key}", f"unknown key (expected one of {sorted(FIELDS)})")
+        kind = FIELDS[key].type
+        if key in ("extra_directives", "setup"):
+            if not isinstance(value, (list, tuple)) or not all(isinstance(x, str) for x in value):
+                raise ConfigError(origin, f"slurm.{key}", "must be a list of strings")
+            value = tuple(value)
+        elif kind is int:
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "gpus" else 1):
+                raise ConfigError(origin, f"slurm.{key}", f"must be a positive integer, got {value!r}")
+        elif not isinstance(value, str):
+            raise ConfigError(origin, f"slurm.{key}", f"must be a string, got {value!r}")
+        values[key] = value
+    return values
+
+
+def resolve(sweep_table: dict, keywords: dict, sweep_file: str, user_file: pathlib.Path = USER_FILE) -> Resources:
+    layers = {}
+    if user_file.exists():
+        try:
+            layers |= _checked(tomllib.loads(user_file.read_text()).get("slurm", {}), str(user_file))
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(user_file, "<syntax>", f"not valid TOML: {err}") from None
+    layers |= _checked(sweep_table, sweep_file)
+    layers |= _checked({k: v for k, v in keywords.items() if v is not None}, "<command line>")
+    return Resources(**layers)
+
+
+def render(template: str, resources: Resources, **fields) -> str:
+    """Job script text: a pure function of the template, resources and fields."""
+    text = (TEMPLATES / template).read_text()
+    values = {
+        "cores": resources.cores,
+        "memory": resources.memory,
+        "walltime": resources.walltime,
+        "directives": "\n".join(resources.directives()),
+        "setup": "\n".join(resources.setup),
+        "python": shlex.quote(resources.python),
+    } | {k: shlex.quote(str(v)) if k in ("store", "share", "log_dir") else v for k, v in fields.items()}
+    return string.Template(text).substitute(values).replace("\n\n\n", "\n\n")
+
+
+def array_script(resources: Resources, store, share, job_name: str, tasks: int, log_dir) -> str:
+    return render("array.sbatch", resources, job_name=job_name, last_task=tasks - 1, store=store, share=share,
+                  log_dir=log_dir)
+
+
+def check_script(resources: Resources, store, job_name: str, array_job: str, log_dir) -> str:
+    return render("check.sbatch", resources, job_name=job_name, array_job=array_job, store=store, log_dir=log_dir)
+
+
+def sbatch(script: str, cwd) -> str:
+    """Submit a script text; returns the job id."""
+    out = subprocess.run(["sbatch", "--parsable"], input=script, text=True, capture_output=True, cwd=cwd)
+    if out.returncode != 0:
+        raise RuntimeError(f"sbatch failed: {out.stderr.strip()}")
+    return out.stdout.strip().split(";")[0]
+
+
+def write_share(folder: pathlib.Path, pending, tasks: int) -> pathlib.Path:
+    """The pending shards at submit time, split round-robin over the tasks: every
+    task reads the same fixed list, so no shard is missed or done twice."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"share-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.json"
+    shares = [[[kind, shard] for kind, shard, _ in pending[i::tasks]] for i in range(tasks)]
+    path.write_text(json.dumps(shares))
+    return path
+
+
+def read_share(path, task: int) -> list[tuple[str, int]]:
+    return [(kind, shard) for kind, shard in json.loads(pathlib.Path(path).read_text())[task]]
+
+
+def jobqueue_cluster(resources: Resources):
+    from dask_jobqueue import SLURMCluster
+
+    return SLURMCluster(
+        queue=resources.partition,
+        account=resources.account,
+        cores=resources.cores,
+        processes=1,  # one worker process per job: one JAX runtime (one GPU) each
+        memory=resources.memory,
+        walltime=resources.walltime,
+        interface=resources.interface,
+        python=resources.python,
+        job_extra_directives=[*resources.extra_directives]
+        + ([f"--gpus-per-task={resources.gpus}"] if resources.gpus else []),
+        job_script_prologue=list(resources.setup),
+        worker_extra_args=["--nthreads", "1"],
+    )

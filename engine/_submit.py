@@ -1,0 +1,65 @@
+"""`rollsweep submit` (an sbatch job array over the pending shards) and
+`rollsweep work` (what one array task runs)."""
+
+import dataclasses
+import os
+import pathlib
+
+from ._config import Sweep
+from ._cost import check_memory
+from ._cube import MARKERS, cube_sweep, done_shards, mark_failed, prepare
+from ._execute import pending_tasks
+from ._jax_setup import configure
+from ._shard import RUNNERS
+from ._slurm import array_script, check_script, read_share, resolve, sbatch, write_share
+
+
+@dataclasses.dataclass(frozen=True)
+class Submission:
+    script: str
+    array_job: str | None = None
+    check_job: str | None = None
+    tasks: int = 0
+    shards: int = 0
+
+
+def submit(sweep: Sweep, keywords: dict, dry_run: bool = False) -> Submission:
+    resources = resolve(sweep.slurm, keywords, sweep.file)
+    check_memory(sweep, 1)
+    path = sweep.out.resolve()
+    folder = path / MARKERS / "slurm"
+    name = f"rollsweep-{sweep.study.name}-{sweep.config_hash[:8]}"
+    if dry_run:  # nothing written: the script as it would be for a fresh cube
+        pending = pending_tasks(sweep, path)
+        tasks = max(1, min(resources.tasks, len(pending)))
+        script = array_script(resources, path, folder / "share-<time>.json", name, tasks, folder)
+        return Submission(script, tasks=tasks, shards=len(pending))
+    prepare(sweep, path)
+    pending = pending_tasks(sweep, path)
+    if not pending:
+        return Submission("", shards=0)
+    tasks = min(resources.tasks, len(pending))
+    share = write_share(folder, pending, tasks)
+    script = array_script(resources, path, share, name, tasks, folder)
+    share.with_suffix(".sbatch").write_text(script)
+    array_job = sbatch(script, cwd=os.getcwd())
+    check_job = sbatch(check_script(resources, path, name, array_job, folder), cwd=os.getcwd())
+    return Submission(script, array_job, check_job, tasks, len(pending))
+
+
+def work(store, task: int, share) -> int:
+    """Compute this array task's shards that are not done yet. A shard that raises
+    is recorded as failed (with its error) and the others still run."""
+    configure()
+    store = pathlib.Path(store)
+    sweep = cube_sweep(store)
+    failures = 0
+    for kind, shard in read_share(share, task):
+        if shard in done_shards(store, kind):
+            continue  # a resubmission, or another task got there first
+        try:
+            RUNNERS[kind](sweep, str(store), shard)
+        except Exception as err:  # noqa: BLE001 - recorded in the store, reported by status
+            mark_failed(store, kind, shard, f"{type(err).__name__}: {err}")
+            failures += 1
+    return 1 if failures else 0
