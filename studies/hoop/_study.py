@@ -1,0 +1,94 @@
+"""The hoop study's declaration (Matrosov, Morozov, Pesterev 2021, section 4)."""
+
+import importlib.resources
+
+import jax.numpy as jnp
+import numpy as np
+
+from engine import Constraint, Interval, Output, Parameter, PointResult, Status, Study
+
+from ._figures import figures
+from ._profile import admissible, reference
+from ._run import HISTORY, run_fixed
+
+PARAMETERS = (
+    Parameter("mass", "1", 1.0, Interval(0.0, 1e3, lower_open=True), "hoop mass (dimensionless units)", "M"),
+    Parameter("radius", "1", 0.01, Interval(0.0, 1.0, lower_open=True), "hoop radius", "r"),
+    Parameter("gravity", "1", 9.81, Interval(0.0, 1e3, lower_open=True), "gravitational acceleration", "g"),
+    Parameter("a", "1", 0.13, Interval(-2.0, 2.0), "profile p(x) = x^4 + a x^3 - b x^2 - a x - (1 - b)", "a"),
+    Parameter("b", "1", 0.5, Interval(-2.0, 2.0), "profile coefficient (see a)", "b"),
+    Parameter("stabilization", "1/time", 1e3, Interval(0.0, 1e8), "residual decay rate lambda (0: none)", "lam"),
+    Parameter("step", "time", 1e-5, Interval(1e-9, 1e-1), "fixed step of the RK2 (Heun) integrator", "h"),
+    Parameter("duration", "time", 10.0, Interval(0.0, 1e5, lower_open=True), "length of the run"),
+    Parameter("start_contact_x", "1", 0.0, Interval(-2.0, 2.0), "contact point x at t = 0"),
+    Parameter("start_speed", "1/time", 1.0, Interval(0.0, 100.0, lower_open=True), "centre speed at t = 0"),
+    Parameter("initial_error", "1", 0.0, Interval(-1e-2, 1e-2),
+              "perturbation of the initial state in every constraint (height, speeds, spin, alpha)"),
+)
+
+CONSTRAINTS = (
+    Constraint(
+        ("a", "b", "radius", "gravity", "start_contact_x", "start_speed"),
+        lambda p: admissible(p["a"], p["b"], p["radius"], p["gravity"], p["start_contact_x"], p["start_speed"]),
+        "inadmissible track: the motion is not periodic within |x| < 4, or the track's curvature reaches 1/r "
+        "where the hoop rolls",
+    ),
+)
+
+_F = ("f1", "f2", "f3", "f4")
+OUTPUTS = (
+    Output("max_residual", "1", "max |f_i| over i and the steady state (last 15% of the run)"),
+) + tuple(Output(f"max_residual_{f}", "1", f"max |{f}| in the steady state") for f in _F) + (
+    Output("period", "time", "mean period between right turning points (NaN: fewer than two)", optional=True),
+    Output("turn_left_x", "1", "smallest centre x over the run"),
+    Output("turn_right_x", "1", "largest centre x over the run"),
+    Output("energy_error", "1", "largest |E - E0| (= |f2|) over the run"),
+    Output("period_reference", "time", "period by quadrature along the centre's curve"),
+    Output("turn_left_reference", "1", "left turning centre x by quadrature"),
+    Output("turn_right_reference", "1", "right turning centre x by quadrature"),
+    Output("residual_history", "1", f"f1..f4 at {HISTORY + 1} evenly spaced times over the run",
+           (("sample", HISTORY + 1), ("constraint", _F))),
+)
+
+
+def solve_point(q, settings):
+    out = run_fixed(q)
+    period_ref, left_ref, right_ref = reference(q["a"], q["b"], q["radius"], q["gravity"], q["start_contact_x"],
+                                                q["start_speed"])
+    f = out["max_residual_f"]
+    outputs = {
+        "max_residual": jnp.max(f),
+        **{f"max_residual_{name}": f[i] for i, name in enumerate(_F)},
+        "period": out["period"],
+        "turn_left_x": out["turn_left_x"],
+        "turn_right_x": out["turn_right_x"],
+        "energy_error": out["energy_error"],
+        "period_reference": period_ref,
+        "turn_left_reference": left_ref,
+        "turn_right_reference": right_ref,
+        "residual_history": out["history"],
+    }
+    status = jnp.where(jnp.all(jnp.isfinite(out["X"])), Status.SUCCESS, Status.NONFINITE).astype(jnp.int8)
+    return PointResult(outputs, status, out["steps"].astype(jnp.int32), jnp.asarray(0, jnp.int32))
+
+
+def _demos() -> dict:
+    folder = importlib.resources.files(__package__) / "demo"
+    return {f.name.removesuffix(".toml"): f.read_text() for f in folder.iterdir() if f.name.endswith(".toml")}
+
+
+STUDY = Study(
+    name="hoop",
+    title="heavy hoop rolling on a curved track: constraint-stabilised equations",
+    source='Matrosov, Morozov, Pesterev, "Numerical integration of rolling equations using control-theory '
+           'approaches", J. Comput. Syst. Sci. Int. 2021',
+    version="1",
+    parameters=PARAMETERS,
+    outputs=OUTPUTS,
+    solve_point=solve_point,
+    figures=figures,
+    demo_configs=_demos(),
+    constraints=CONSTRAINTS,
+)
+
+assert np.all(admissible(0.13, 0.5, 0.01, 9.81, 0.0, 1.0))
