@@ -226,7 +226,9 @@ class HybridSystem:
         code = jnp.argmin(jnp.stack(times))
         return code, jnp.stack(times)[code], jnp.stack(states)[code], jnp.stack(oks)[code]
 
-    def solve(self, y0, mode0, params, settings: SolverSettings) -> HybridSolution:
+    def solve(self, y0, mode0, params, settings: SolverSettings, t_end=None) -> HybridSolution:
+        """Solve from t = 0 to the first terminal event, or to t_end (default:
+        settings.t_max; may differ per point)."""
         dtype = y0.dtype
         n_state = y0.shape[0]
         n_seg = settings.max_segments
@@ -236,6 +238,7 @@ class HybridSystem:
         # (A placeholder identity keeps lax.switch well-formed when nothing can fire.)
         resets = [(tr.reset if tr.reset is not None else _identity) for _, tr in transitions] or [_identity]
         term = diffrax.ODETerm(self._vector_field)
+        horizon = jnp.asarray(settings.t_max if t_end is None else t_end, dtype)
         event = self._event() if transitions else None
         solver = settings.make_solver()
         controller = diffrax.PIDController(rtol=settings.rtol, atol=settings.atol)
@@ -245,7 +248,7 @@ class HybridSystem:
                 term,
                 solver,
                 t0=c.t,
-                t1=jnp.asarray(settings.t_max, dtype),
+                t1=horizon,
                 dt0=None,
                 y0=c.y,
                 args=(c.mode, params),

@@ -129,3 +129,17 @@ def test_inadmissible_track_is_rejected_before_any_compute(tmp_path, capsys, bod
     err = capsys.readouterr().err
     assert f"{key}: inadmissible track" in err, err
     assert not (tmp_path / "c.zarr").exists()
+
+
+def test_adaptive_solver_path_matches_quadrature():
+    """step = 0: diffrax's adaptive solver on the engine's hybrid loop, turning
+    points as events; period and turning points to the solver tolerance."""
+    columns = {k: np.array([v]) for k, v in (STUDY.defaults | dict(step=0.0, duration=8.0)).items()}
+    settings = SolverSettings(solver="Tsit5", rtol=1e-10, atol=1e-12, max_segments=16, max_steps=100000)
+    result = evaluate(STUDY, settings, columns, batch_size=1)
+    out = {k: v[0] for k, v in result.outputs.items()}
+    assert result.status[0] == Status.SUCCESS
+    period, left, right = REFERENCE
+    assert abs(out["period"] / period - 1) < 1e-7
+    assert abs(out["turn_left_x"] / left - 1) < 1e-7 and abs(out["turn_right_x"] / right - 1) < 1e-7
+    assert out["max_residual"] < 1e-8 and np.all(np.isnan(out["residual_history"]))

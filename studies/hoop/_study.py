@@ -2,6 +2,8 @@
 
 import importlib.resources
 
+import equinox.internal as eqxi
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -9,7 +11,7 @@ from engine import Constraint, Interval, Output, Parameter, PointResult, Status,
 
 from ._figures import figures
 from ._profile import admissible, reference
-from ._run import HISTORY, run_fixed
+from ._run import HISTORY, run_adaptive, run_fixed
 
 PARAMETERS = (
     Parameter("mass", "1", 1.0, Interval(0.0, 1e3, lower_open=True), "hoop mass (dimensionless units)", "M"),
@@ -18,7 +20,8 @@ PARAMETERS = (
     Parameter("a", "1", 0.13, Interval(-2.0, 2.0), "profile p(x) = x^4 + a x^3 - b x^2 - a x - (1 - b)", "a"),
     Parameter("b", "1", 0.5, Interval(-2.0, 2.0), "profile coefficient (see a)", "b"),
     Parameter("stabilization", "1/time", 1e3, Interval(0.0, 1e8), "residual decay rate lambda (0: none)", "lam"),
-    Parameter("step", "time", 1e-5, Interval(1e-9, 1e-1), "fixed step of the RK2 (Heun) integrator", "h"),
+    Parameter("step", "time", 1e-5, Interval(0.0, 1e-1),
+              "fixed step of the RK2 (Heun) integrator; 0: diffrax's adaptive solver of the sweep's [solver]", "h"),
     Parameter("duration", "time", 10.0, Interval(0.0, 1e5, lower_open=True), "length of the run"),
     Parameter("start_contact_x", "1", 0.0, Interval(-2.0, 2.0), "contact point x at t = 0"),
     Parameter("start_speed", "1/time", 1.0, Interval(0.0, 100.0, lower_open=True), "centre speed at t = 0"),
@@ -46,13 +49,17 @@ OUTPUTS = (
     Output("period_reference", "time", "period by quadrature along the centre's curve"),
     Output("turn_left_reference", "1", "left turning centre x by quadrature"),
     Output("turn_right_reference", "1", "right turning centre x by quadrature"),
-    Output("residual_history", "1", f"f1..f4 at {HISTORY + 1} evenly spaced times over the run",
-           (("sample", HISTORY + 1), ("constraint", _F))),
+    Output("residual_history", "1", f"f1..f4 at {HISTORY + 1} evenly spaced times over the run (RK2 only)",
+           (("sample", HISTORY + 1), ("constraint", _F)), optional=True),
 )
 
 
 def solve_point(q, settings):
-    out = run_fixed(q)
+    fixed = run_fixed(q)
+    # The adaptive path runs only if some lane of the batch asks for it (step = 0):
+    # an unbatched predicate, so a fixed-step sweep never pays for it.
+    adaptive = jax.lax.cond(eqxi.unvmap_any(q["step"] == 0), lambda: run_adaptive(q, settings), lambda: fixed)
+    out = jax.tree_util.tree_map(lambda a, f: jnp.where(q["step"] == 0, a, f), adaptive, fixed)
     period_ref, left_ref, right_ref = reference(q["a"], q["b"], q["radius"], q["gravity"], q["start_contact_x"],
                                                 q["start_speed"])
     f = out["max_residual_f"]
@@ -68,7 +75,7 @@ def solve_point(q, settings):
         "turn_right_reference": right_ref,
         "residual_history": out["history"],
     }
-    status = jnp.where(jnp.all(jnp.isfinite(out["X"])), Status.SUCCESS, Status.NONFINITE).astype(jnp.int8)
+    status = jnp.where(jnp.all(jnp.isfinite(out["X"])), out["status"], jnp.int8(Status.NONFINITE)).astype(jnp.int8)
     return PointResult(outputs, status, out["steps"].astype(jnp.int32), jnp.asarray(0, jnp.int32))
 
 
