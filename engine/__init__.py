@@ -21,6 +21,7 @@ from ._study import Parameter as Parameter
 from ._study import PointResult as PointResult
 from ._study import Study as Study
 from ._study import available_studies as available_studies
+from ._study import demo_configs as demo_configs
 from ._study import load_study as load_study
 
 __version__ = "0.1.0"

@@ -6,6 +6,7 @@ over parameter points; the study never loops over points.
 
 import dataclasses
 import importlib.metadata
+import importlib.resources
 import math
 from collections.abc import Callable, Mapping
 
@@ -144,6 +145,12 @@ class Study:
     @property
     def defaults(self) -> dict[str, float]:
         return {p.name: p.default for p in self.parameters}
+
+
+def demo_configs(package: str, folder: str = "demo") -> dict[str, str]:
+    """The TOML texts in a study package's demo folder, by file stem."""
+    files = importlib.resources.files(package) / folder
+    return {f.name.removesuffix(".toml"): f.read_text() for f in files.iterdir() if f.name.endswith(".toml")}
 
 
 def available_studies() -> dict[str, Callable[[], Study]]:

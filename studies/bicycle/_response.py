@@ -8,11 +8,9 @@ fall angle, and non-terminal events at every zero of the lean rate (extrema of
 the lean), which sample the oscillation without storing a trajectory.
 """
 
-import importlib.resources
-
 import jax.numpy as jnp
 
-from engine import HybridSystem, Interval, Mode, Output, Parameter, PointResult, Study, Transition
+from engine import HybridSystem, Interval, Mode, Output, Parameter, PointResult, Study, Transition, demo_configs
 
 from ._canonical import canonical_matrices, state_matrix
 from ._figures import response_figures
@@ -83,8 +81,6 @@ def solve_response(p, settings):
     return PointResult(outputs, sol.status, sol.num_steps, sol.num_events)
 
 
-_DEMO = (importlib.resources.files(__package__) / "demo" / "response" / "bicycle_response.toml").read_text()
-
 RESPONSE = Study(
     name="bicycle_response",
     title="Whipple bicycle: linear time response from an initial lean rate, with a fall event",
@@ -94,7 +90,7 @@ RESPONSE = Study(
     outputs=RESPONSE_OUTPUTS,
     solve_point=solve_response,
     figures=response_figures,
-    demo_configs={"bicycle_response": _DEMO},
+    demo_configs=demo_configs(__package__, "demo/response"),
     constraints=CONSTRAINTS,
     read_parameter_file=load_design,
 )

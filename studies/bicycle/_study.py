@@ -5,11 +5,9 @@ dynamics equations for the balance and steer of a bicycle: a benchmark and
 review", Proc. R. Soc. A 463: 1955-1982, 2007.
 """
 
-import importlib.resources
-
 import jax.numpy as jnp
 
-from engine import Output, PointResult, Status, Study
+from engine import Output, PointResult, Status, Study, demo_configs
 
 from ._canonical import canonical_matrices, state_matrix
 from ._figures import figures
@@ -53,10 +51,6 @@ def lapack_eigenvalues(p, v):
     return jnp.linalg.eigvals(state_matrix(p, v))
 
 
-def _demo_configs() -> dict:
-    folder = importlib.resources.files(__package__) / "demo"
-    return {p.name.removesuffix(".toml"): p.read_text() for p in folder.iterdir() if p.name.endswith(".toml")}
-
 
 STUDY = Study(
     name="bicycle",
@@ -67,7 +61,7 @@ STUDY = Study(
     outputs=OUTPUTS,
     solve_point=solve_point,
     figures=figures,
-    demo_configs=_demo_configs(),
+    demo_configs=demo_configs(__package__),
     constraints=CONSTRAINTS,
     read_parameter_file=load_design,
 )

@@ -1,13 +1,11 @@
 """The hoop study's declaration (Matrosov, Morozov, Pesterev 2021, section 4)."""
 
-import importlib.resources
-
 import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine import Constraint, Interval, Output, Parameter, PointResult, Status, Study
+from engine import Constraint, Interval, Output, Parameter, PointResult, Status, Study, demo_configs
 
 from ._figures import figures
 from ._profile import admissible, reference
@@ -79,10 +77,6 @@ def solve_point(q, settings):
     return PointResult(outputs, status, out["steps"].astype(jnp.int32), jnp.asarray(0, jnp.int32))
 
 
-def _demos() -> dict:
-    folder = importlib.resources.files(__package__) / "demo"
-    return {f.name.removesuffix(".toml"): f.read_text() for f in folder.iterdir() if f.name.endswith(".toml")}
-
 
 STUDY = Study(
     name="hoop",
@@ -94,7 +88,7 @@ STUDY = Study(
     outputs=OUTPUTS,
     solve_point=solve_point,
     figures=figures,
-    demo_configs=_demos(),
+    demo_configs=demo_configs(__package__),
     constraints=CONSTRAINTS,
 )
 

@@ -4,9 +4,7 @@ Source: Gao Yunfeng, "The roll of a table tennis ball", Mechanics in
 Engineering 43(5): 753-759, 2021. Defaults are the paper's (section 3).
 """
 
-import importlib.resources
-
-from engine import Interval, Output, Parameter, Study
+from engine import Interval, Output, Parameter, Study, demo_configs
 
 from ._figures import figures
 from ._model import solve_point
@@ -40,10 +38,6 @@ OUTPUTS = (
 )
 
 
-def _demo_configs() -> dict:
-    folder = importlib.resources.files(__package__) / "demo"
-    return {p.name.removesuffix(".toml"): p.read_text() for p in folder.iterdir() if p.name.endswith(".toml")}
-
 
 STUDY = Study(
     name="pingpong",
@@ -54,5 +48,5 @@ STUDY = Study(
     outputs=OUTPUTS,
     solve_point=solve_point,
     figures=figures,
-    demo_configs=_demo_configs(),
+    demo_configs=demo_configs(__package__),
 )

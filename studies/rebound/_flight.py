@@ -15,11 +15,9 @@ Events:
 - the centre crosses the net plane lower than the net top plus r: net fault.
 """
 
-import importlib.resources
-
 import jax.numpy as jnp
 
-from engine import HybridSystem, Interval, Mode, Output, Parameter, PointResult, Status, Study, Transition
+from engine import HybridSystem, Interval, Mode, Output, Parameter, PointResult, Status, Study, Transition, demo_configs
 
 from ._bounce import table_bounce
 from ._figures import landing_figures
@@ -152,6 +150,5 @@ LANDING = Study(
     ),
     solve_point=solve_landing,
     figures=landing_figures,
-    demo_configs={"rebound_landing": (importlib.resources.files(__package__) / "demo" / "landing"
-                                      / "rebound_landing.toml").read_text()},
+    demo_configs=demo_configs(__package__, "demo/landing"),
 )

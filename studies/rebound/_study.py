@@ -4,11 +4,9 @@ Source: Ren, Xu, Tan, "Rebound model between spinning table tennis ball and
 table/racket" (seed 001), restated in the project's specification.
 """
 
-import importlib.resources
-
 import jax.numpy as jnp
 
-from engine import Interval, Output, Parameter, PointResult, Status, Study
+from engine import Interval, Output, Parameter, PointResult, Status, Study, demo_configs
 
 from ._bounce import critical_angle, incidence_angle, racket_bounce, rotation
 from ._figures import regime_figures, table1_figures
@@ -124,11 +122,9 @@ def solve_table1(p, settings):
         "regime": outputs["regime"]}, status)
 
 
-def _demos(*names):
-    folder = importlib.resources.files(__package__) / "demo"
-    return {n: (folder / f"{n}.toml").read_text() for n in names}
 
 
+_DEMOS = demo_configs(__package__)
 SOURCE = 'Ren, Xu, Tan, "Rebound model between spinning table tennis ball and table/racket"'
 
 REBOUND = Study(
@@ -173,7 +169,7 @@ REGIME = Study(
     ),
     solve_point=solve_regime,
     figures=regime_figures,
-    demo_configs=_demos("rebound_regime"),
+    demo_configs={"rebound_regime": _DEMOS["rebound_regime"]},
 )
 
 TABLE1 = Study(
@@ -189,6 +185,6 @@ TABLE1 = Study(
     + (Output("regime", "1", "1 sliding, 0 rolling"),),
     solve_point=solve_table1,
     figures=table1_figures,
-    demo_configs=_demos("rebound_table1"),
+    demo_configs={"rebound_table1": _DEMOS["rebound_table1"]},
 )
 
