@@ -20,6 +20,7 @@ TOP_LEVEL_KEYS = {"study", "outputs", "parameter_file", "parameters", "axes", "s
 RUN_KEYS = {"shard_size", "batch_size", "out", "executor", "workers"}
 EXECUTORS = ("local", "inline", "slurm")
 CRITICAL_KEYS = {"output", "axis", "bracket", "target", "xtol"}
+MAX_AXIS_LENGTH = 10_000_000  # an axis is held in memory when the sweep is read
 
 
 class ConfigError(ValueError):
@@ -245,6 +246,8 @@ class _Checker:
             count = args[2]
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 self.fail(f"{key}.{kind}[2]", f"count must be a positive integer, got {count!r}")
+            if count > MAX_AXIS_LENGTH:
+                self.fail(f"{key}.{kind}[2]", f"{count:,} values exceed the limit of {MAX_AXIS_LENGTH:,} per axis")
             values = (np.linspace if kind == "linspace" else np.logspace)(start, stop, count)
         else:
             self.fail(key, f"unknown axis kind {kind!r} (expected linspace, logspace or values)")

@@ -8,10 +8,12 @@ shards in flight.
 """
 
 import contextlib
+import fcntl
 import json
 import os
 import pathlib
 import shutil
+import socket
 import uuid
 import warnings
 
@@ -27,6 +29,9 @@ from ._status import status_attrs
 
 MARKERS = "_rollsweep"
 GRID, CRITICAL = "grid", "critical"
+# Version of the on-disk layout (markers, attributes, fill values). A store of
+# another format is refused with a clear message rather than misread.
+STORE_FORMAT = 1
 
 
 class StoreError(RuntimeError):
@@ -55,6 +60,7 @@ def cube_sweep(path) -> Sweep:
     attrs = read_attrs(path)
     if "config_hash" not in attrs:
         raise StoreError(f"{path}: not a rollsweep cube")
+    check_format(path, attrs)
     return parse_sweep(attrs["config"], file=attrs.get("config_file", str(path)), out=str(path))
 
 
@@ -112,6 +118,7 @@ def structure(sweep: Sweep) -> xr.Dataset:
     for name, p in sweep.parameters.items():
         ds.attrs[f"parameter.{name}"] = p
     ds.attrs.update(provenance(sweep))
+    ds.attrs["store_format"] = STORE_FORMAT
     return ds
 
 
@@ -148,20 +155,58 @@ def prepare(sweep: Sweep, path, overwrite: bool = False) -> str:
     """
     path = pathlib.Path(path)
     if path.exists():
-        found = read_attrs(path).get("config_hash")
+        attrs = read_attrs(path)
+        found = attrs.get("config_hash")
         if found is None:
             raise StoreError(f"{path}: exists and is not a rollsweep cube; choose another --out")
-        if found != sweep.config_hash:
-            if not overwrite:
-                raise StoreError(
-                    f"{path}: holds a cube of another config (hash {found[:12]}, this config "
-                    f"{sweep.config_hash[:12]}); use --overwrite to replace it or choose another --out"
-                )
-        else:
+        if found == sweep.config_hash:
+            check_format(path, attrs)
             return "resumed"
+        if not overwrite:
+            raise StoreError(
+                f"{path}: holds a cube of another config (hash {found[:12]}, this config "
+                f"{sweep.config_hash[:12]}); use --overwrite to replace it or choose another --out"
+            )
+        with locked(path):  # never replace a cube another run is writing
+            create(sweep, path)
+        return "created"
     path.parent.mkdir(parents=True, exist_ok=True)
-    create(sweep, path)
+    try:
+        create(sweep, path)
+    except OSError:
+        if not path.exists():
+            raise
+        return prepare(sweep, path)  # another process created it first: same checks
     return "created"
+
+
+def check_format(path, attrs=None) -> None:
+    attrs = read_attrs(path) if attrs is None else attrs
+    found = attrs.get("store_format")
+    if found != STORE_FORMAT:
+        raise StoreError(
+            f"{path}: written by rollsweep {attrs.get('engine_version', '?')} in store format {found}; this "
+            f"engine reads format {STORE_FORMAT}: recompute it (--overwrite) or open it with that version"
+        )
+
+
+@contextlib.contextmanager
+def locked(path):
+    """Exclusive use of a store by one `rollsweep run` (an advisory flock on a
+    file in the store): a second run on the same store is refused, not interleaved."""
+    lock = pathlib.Path(path) / MARKERS / "lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            raise StoreError(f"{path}: in use by another rollsweep run ({holder}); wait for it or stop it") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def read_attrs(path) -> dict:

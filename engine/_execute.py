@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from ._config import Sweep, parse_sweep
 from ._cost import check_memory, layouts
-from ._cube import CRITICAL, GRID, done_shards, prepare
+from ._cube import CRITICAL, GRID, done_shards, locked, mark_failed, prepare
 from ._jax_setup import SINGLE_THREAD_XLA, configure
 from ._shard import RUNNERS
 
@@ -28,6 +28,7 @@ class RunReport:
     points_run: int
     failed_points: int
     seconds: float
+    failed_shards: int = 0  # shards that raised (recorded in the store; retried by the next run)
 
     @property
     def rate(self) -> float:
@@ -114,9 +115,14 @@ def run(
     configure()
     path = sweep.out
     state = prepare(sweep, path, overwrite=overwrite)
+    with locked(path):
+        return _run_locked(sweep, path, state, executor, workers, scheduler, resources, progress)
+
+
+def _run_locked(sweep, path, state, executor, workers, scheduler, resources, progress) -> RunReport:
     tasks = pending_tasks(sweep, path)
     start = time.perf_counter()
-    failed = 0
+    failed, failed_shards = 0, 0
     bar = tqdm(
         total=sum(p for _, _, p in tasks),
         unit="pt",
@@ -128,6 +134,7 @@ def run(
     with bar:
         for i, info in enumerate(_results(sweep, tasks, executor, workers, scheduler, resources), 1):
             failed += info["failed"]
+            failed_shards += "error" in info
             bar.set_description(f"{sweep.study.name} shards {i}/{len(tasks)}")
             bar.update(info["points"])
     return RunReport(
@@ -137,7 +144,14 @@ def run(
         points_run=sum(p for _, _, p in tasks),
         failed_points=failed,
         seconds=time.perf_counter() - start,
+        failed_shards=failed_shards,
     )
+
+
+def _failed(out, kind, shard, points, err) -> dict:
+    """A shard that raised: recorded in the store with its error; the sweep goes on."""
+    mark_failed(out, kind, shard, f"{type(err).__name__}: {err}")
+    return {"kind": kind, "shard": shard, "points": points, "failed": points, "error": str(err)}
 
 
 def _results(sweep: Sweep, tasks, executor: str, workers: int, scheduler: str | None, resources=None):
@@ -145,18 +159,30 @@ def _results(sweep: Sweep, tasks, executor: str, workers: int, scheduler: str | 
         return
     out = str(sweep.out.resolve())
     if executor == "inline":
-        for kind, shard, _ in tasks:
-            yield RUNNERS[kind](sweep, out, shard)
+        for kind, shard, points in tasks:
+            try:
+                yield RUNNERS[kind](sweep, out, shard)
+            except OSError:
+                raise  # a full disk or read-only store stops the run; done shards are kept
+            except Exception as err:  # noqa: BLE001 - a study bug on some points must not stop the sweep
+                yield _failed(out, kind, shard, points, err)
         return
     from distributed import as_completed
 
     with dask_client(scheduler, workers, resources) as client:
-        futures = [
+        futures = {
             client.submit(
                 solve_shard, sweep.text, sweep.file, out, kind, shard,
                 key=f"rollsweep-{sweep.config_hash[:10]}-{kind}-{shard}", pure=False,
-            )
-            for kind, shard, _ in tasks
-        ]
+            ): (kind, shard, points)
+            for kind, shard, points in tasks
+        }
+        # dask retries a shard whose worker died; one that raises, or kills
+        # workers repeatedly (KilledWorker), is recorded as failed.
         for future in as_completed(futures):
-            yield future.result()
+            try:
+                yield future.result()
+            except OSError:
+                raise
+            except Exception as err:  # noqa: BLE001
+                yield _failed(out, *futures[future], err)

@@ -54,6 +54,10 @@ def _run(args):
         f"{report.path}: {report.state}; {report.shards_run} shards, {report.points_run:,} points "
         f"in {report.seconds:.2f} s ({report.rate:,.0f} points/s), {report.failed_points} failed"
     )
+    if report.failed_shards:
+        print(f"rollsweep: {report.failed_shards} shards raised; their errors: rollsweep status {report.path}; "
+              "run again to retry them", file=sys.stderr)
+        return 1
 
 
 def _slurm_keywords(args) -> dict:
@@ -78,6 +82,16 @@ def _work(args):
     from ._submit import work
 
     return work(args.store, args.task, args.share)
+
+
+def _verify(args):
+    from ._verify import verify
+
+    problems = verify(args.path)
+    for problem in problems:
+        print(f"{args.path}: {problem}")
+    print(f"{args.path}: {'sound' if not problems else f'{len(problems)} problems'}")
+    return 1 if problems else 0
 
 
 def _status(args):
@@ -151,6 +165,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("path")
     p.set_defaults(fn=_status)
 
+    p = sub.add_parser("verify", help="check a cube against its markers and attributes")
+    p.add_argument("path")
+    p.set_defaults(fn=_verify)
+
     p = sub.add_parser("plot", help="draw a cube's standard figures as PNG")
     p.add_argument("path")
     p.add_argument("--out", help="folder for the PNGs (default: beside the cube)")
@@ -174,6 +192,11 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
         return 0
+    except OSError as err:  # full disk, read-only or vanished store
+        where = err.filename or getattr(args, "path", None) or getattr(args, "config", "")
+        print(f"rollsweep: error: {where}: {err.strerror or err}; shards already done are kept: "
+              "run the same command again to resume", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("rollsweep: interrupted; run the same command again to resume", file=sys.stderr)
         return 130

@@ -1,0 +1,165 @@
+"""Faults: shards that raise, killed workers, concurrent runs, incompatible stores."""
+
+import numpy as np
+import pytest
+
+from engine import Status
+from engine._config import load_sweep
+from engine._cube import done_shards, failed_shards, open_cube
+from engine._execute import run
+from engine._status_report import progress
+
+from conftest import cubes_identical
+
+
+def test_a_shard_that_raises_is_recorded_and_the_rest_completes(small_sweep, monkeypatch, tmp_path):
+    """A study bug on some points: that shard is marked failed with its error,
+    every other shard is written, and the next run retries only it."""
+    sweep = load_sweep(small_sweep(shard_size=5))
+    import engine._evaluate as evaluate_module
+
+    real_evaluate = evaluate_module.evaluate
+    calls = {"n": 0}
+
+    def flaky_evaluate(study, settings, params, batch_size, outputs=None):
+        if np.any(np.isclose(params["spin_ratio"], 3.0)):  # the last shard holds q = 3
+            calls["n"] += 1
+            raise FloatingPointError("study bug: division by a zero radius")
+        return real_evaluate(study, settings, params, batch_size, outputs)
+
+    monkeypatch.setattr("engine._shard.evaluate", flaky_evaluate)
+    report = run(sweep, progress=False)
+    assert report.failed_shards == 1 and calls["n"] == 1
+    failures = failed_shards(sweep.out)
+    assert len(failures) == 1 and "FloatingPointError: study bug" in failures[0]["error"]
+    assert len(done_shards(sweep.out, "grid")) == 4  # 23 points in shards of 5: 5 shards
+    status = open_cube(sweep.out)["status"].values
+    assert np.count_nonzero(status == Status.PENDING) == 3 and np.count_nonzero(status == Status.SUCCESS) == 20
+    assert "failed grid shard 4: FloatingPointError" in progress(sweep.out).describe()
+
+    monkeypatch.setattr("engine._shard.evaluate", real_evaluate)  # the bug fixed: rerun retries only it
+    report = run(sweep, progress=False)
+    assert report.shards_run == 1 and report.failed_shards == 0 and not failed_shards(sweep.out)
+    reference = load_sweep(small_sweep(shard_size=5), out=str(tmp_path / "reference.zarr"))
+    run(reference, progress=False)
+    assert cubes_identical(open_cube(sweep.out).load(), open_cube(reference.out).load())
+
+
+def test_verify_finds_a_done_shard_without_values(small_sweep, capsys):
+    from engine.cli import main
+
+    sweep = load_sweep(small_sweep(shard_size=5))
+    run(sweep, progress=False)
+    assert main(["verify", str(sweep.out)]) == 0 and "sound" in capsys.readouterr().out
+    for chunk in (sweep.out / "status" / "c").rglob("*"):  # lose the status chunk of shard 2
+        if chunk.is_file() and chunk.name == "2":
+            chunk.unlink()
+    assert main(["verify", str(sweep.out)]) == 1
+    assert "grid shard 2 is marked done but has points never written" in capsys.readouterr().out
+
+
+def test_store_of_another_format_is_refused_clearly(small_sweep, capsys):
+    import json
+
+    from engine.cli import main
+
+    sweep = load_sweep(small_sweep())
+    run(sweep, progress=False)
+    meta = sweep.out / "zarr.json"
+    doc = json.loads(meta.read_text())
+    doc["attributes"]["store_format"] = 0
+    doc["consolidated_metadata"] = None  # the attributes are read from here
+    meta.write_text(json.dumps(doc))
+    for command in (["run", str(small_sweep())], ["status", str(sweep.out)], ["verify", str(sweep.out)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert "in store format 0; this engine reads format 1" in err, err
+
+
+def test_a_second_run_on_the_same_store_is_refused(small_sweep, tmp_path):
+    """Two real processes: while one runs, the other is told the store is in use;
+    the first finishes a cube identical to an undisturbed run."""
+    import subprocess
+    import sys
+    import time
+
+    path = small_sweep(axes='spin_ratio = { linspace = [0.0, 3.0, 401] }', shard_size=1)  # ~15 s
+    sweep = load_sweep(path)
+    cmd = [sys.executable, "-m", "engine.cli", "run", str(path), "--quiet"]
+    first = subprocess.Popen(cmd)
+    deadline = time.time() + 120
+    while not done_shards(sweep.out, "grid") and time.time() < deadline:
+        time.sleep(0.05)
+    second = subprocess.run(cmd, capture_output=True, text=True)
+    assert second.returncode == 2 and "in use by another rollsweep run (pid" in second.stderr, second.stderr
+    assert first.wait(timeout=300) == 0
+    reference = load_sweep(path, out=str(tmp_path / "reference.zarr"))
+    run(reference, progress=False)
+    assert cubes_identical(open_cube(sweep.out).load(), open_cube(reference.out).load())
+
+
+def test_killed_local_worker_is_retried_and_the_cube_is_identical(small_sweep, tmp_path):
+    """SIGKILL one worker process of the embedded dask cluster mid-run: dask
+    retries its shard on a restarted worker; nothing is lost or duplicated."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import psutil
+
+    path = small_sweep(axes='spin_ratio = { linspace = [0.0, 3.0, 241] }', shard_size=2)
+    sweep = load_sweep(path)
+    killed = []
+
+    def kill_a_worker():
+        deadline = time.time() + 120
+        while len(done_shards(sweep.out, "grid")) < 5 and time.time() < deadline:
+            time.sleep(0.05)
+        # The nannies live in this process; each worker is a spawned child of it.
+        workers = [p for p in psutil.Process().children() if "spawn_main" in " ".join(p.cmdline())]
+        if workers:
+            os.kill(workers[0].pid, signal.SIGKILL)
+            killed.append(workers[0].pid)
+
+    killer = threading.Thread(target=kill_a_worker)
+    killer.start()
+    report = run(sweep, executor="local", workers=2, progress=False)
+    killer.join()
+    assert killed and report.failed_shards == 0
+    assert len(done_shards(sweep.out, "grid")) == 121
+    reference = load_sweep(path, out=str(tmp_path / "reference.zarr"))
+    run(reference, progress=False)
+    assert cubes_identical(open_cube(sweep.out).load(), open_cube(reference.out).load())
+
+
+@pytest.mark.parametrize("error", [(28, "No space left on device"), (30, "Read-only file system")])
+def test_disk_errors_stop_cleanly_and_leave_a_resumable_store(small_sweep, monkeypatch, capsys, tmp_path, error):
+    """Simulated (tests run as root, for whom permissions do not bite): the third
+    shard's write fails; the run stops with one clear line, the two finished
+    shards are kept, and the same command afterwards completes the cube."""
+    import engine._shard
+    from engine.cli import main
+
+    path = small_sweep(shard_size=5)
+    real_write = engine._shard.write_region
+    writes = {"n": 0}
+
+    def failing_write(store, region, values):
+        writes["n"] += 1
+        if writes["n"] == 3:
+            raise OSError(error[0], error[1], str(store))
+        return real_write(store, region, values)
+
+    monkeypatch.setattr(engine._shard, "write_region", failing_write)
+    assert main(["run", str(path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"cube.zarr: {error[1]}; shards already done are kept" in err
+    store = tmp_path / "cube.zarr"
+    assert len(done_shards(store, "grid")) == 2 and not failed_shards(store)
+
+    monkeypatch.setattr(engine._shard, "write_region", real_write)
+    assert main(["run", str(path), "--quiet"]) == 0
+    reference = load_sweep(path, out=str(tmp_path / "reference.zarr"))
+    run(reference, progress=False)
+    assert cubes_identical(open_cube(store).load(), open_cube(reference.out).load())
