@@ -1,5 +1,6 @@
 """rollsweep's engine: generic machinery for batch parameter studies."""
 
+from . import _accessor  # noqa: F401 - registers ds.rollsweep
 from ._config import ConfigError as ConfigError
 from ._config import Sweep as Sweep
 from ._config import load_sweep as load_sweep

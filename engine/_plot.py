@@ -2,13 +2,10 @@
 
 import pathlib
 
-import matplotlib
+import matplotlib.pyplot as plt
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from ._cube import StoreError, open_cube, read_attrs  # noqa: E402
-from ._study import load_study  # noqa: E402
+from ._cube import StoreError, open_cube, read_attrs
+from ._study import load_study
 
 
 def plot_cube(path, out=None) -> list[pathlib.Path]:

@@ -184,6 +184,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    if args.command in ("plot", "demo"):
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only: never a window (and never in a user's notebook kernel)
     try:
         code = args.fn(args)
     except (ConfigError, StoreError) as err:

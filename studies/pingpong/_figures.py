@@ -1,11 +1,8 @@
 """Standard figures of the pingpong study, drawn from a cube."""
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.colors import SymLogNorm  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.colors import SymLogNorm
 
 
 def _final_vs_spin(ds):

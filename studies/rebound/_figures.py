@@ -1,12 +1,10 @@
 """Standard figures of the rebound studies."""
 
 import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from ._bounce import MODEL_NAMES  # noqa: E402
+from ._bounce import MODEL_NAMES
 
 
 def _map(ax, fig, ds, name, label, cmap="viridis"):
