@@ -6,7 +6,7 @@ EXTRAS ?= test   # CI adds crosscheck: EXTRAS=test,crosscheck
 MARKERS ?= not slow and not slurm   # CI runs the slurm tests too: MARKERS="not slow"
 BIN     = $(VENV)/bin
 
-.PHONY: demo test test-all clean
+.PHONY: demo test test-all bench clean
 
 $(BIN)/rollsweep: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ test: $(BIN)/rollsweep  ## the default test run (fast tests; slow and slurm test
 
 test-all: $(BIN)/rollsweep  ## every test, slow ones included
 	$(BIN)/python -m pytest -p no:cacheprovider -m ""
+
+bench: $(BIN)/rollsweep  ## speed against the baselines a user would write, measured in one run
+	$(BIN)/python -m pip install -q -e ".[bench]"
+	$(BIN)/python benchmarks/bench_pingpong.py
 
 clean:
 	rm -rf $(VENV) demo results
