@@ -51,7 +51,6 @@ def lapack_eigenvalues(p, v):
     return jnp.linalg.eigvals(state_matrix(p, v))
 
 
-
 STUDY = Study(
     name="bicycle",
     title="Whipple bicycle: linearised lean and steer, self-stability",

@@ -77,7 +77,6 @@ def solve_point(q, settings):
     return PointResult(outputs, status, out["steps"].astype(jnp.int32), jnp.asarray(0, jnp.int32))
 
 
-
 STUDY = Study(
     name="hoop",
     title="heavy hoop rolling on a curved track: constraint-stabilised equations",

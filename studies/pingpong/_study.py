@@ -38,7 +38,6 @@ OUTPUTS = (
 )
 
 
-
 STUDY = Study(
     name="pingpong",
     title="rolling table-tennis ball with backspin",

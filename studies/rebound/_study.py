@@ -122,8 +122,6 @@ def solve_table1(p, settings):
         "regime": outputs["regime"]}, status)
 
 
-
-
 _DEMOS = demo_configs(__package__)
 SOURCE = 'Ren, Xu, Tan, "Rebound model between spinning table tennis ball and table/racket"'
 
