@@ -98,19 +98,6 @@ class HybridSolution(eqx.Module):
     event_code: jax.Array
 
 
-class _Carry(eqx.Module):
-    t: jax.Array
-    y: jax.Array
-    mode: jax.Array
-    status: jax.Array
-    done: jax.Array
-    num_steps: jax.Array
-    num_events: jax.Array
-    event_t: jax.Array
-    event_y: jax.Array
-    event_code: jax.Array
-
-
 @dataclasses.dataclass(frozen=True)
 class HybridSystem:
     modes: tuple[Mode, ...]
@@ -137,7 +124,7 @@ class HybridSystem:
         directions = [tr.direction for _, tr in self.transitions]
         return diffrax.Event(conds, direction=directions)
 
-    def _locate(self, code, t_seg, t_end, y_end, mode, params, settings):
+    def _locate(self, condition, t_seg, t_end, y_end, at_end, mode, params, settings):
         """Exact event time and state, searching back from the exact step end.
 
         Newton on dt -> condition(t_end + dt, restep(dt)), where restep is one step
@@ -145,25 +132,28 @@ class HybridSystem:
         point means no error accumulates between iterates. A plain loop rather than
         optimistix: its Newton terminates on an f-space tolerance that depends on the
         condition's units; here we stop when the time update reaches rounding level.
+        `at_end` is the condition's value at the step end.
         """
         solver = settings.make_solver()
         term = diffrax.ODETerm(self._vector_field)
         args = (mode, params)
-        conditions = [tr.condition for _, tr in self.transitions]
 
         def restep(dt):
             state = solver.init(term, t_end, t_end + dt, y_end, args)
             y, *_ = solver.step(term, t_end, t_end + dt, y_end, args, state, made_jump=False)
             return y
 
+        def g(t, y):
+            return condition(t, y, params)
+
+        def residual(dt):
+            return g(t_end + dt, restep(dt))
+
         def residual_and_slope(dt):
             # The slope along the flow, dg/dt = dg/dt|_y + grad_y g . f, costs one
             # vector-field call and no differentiation through the solver step.
-            def condition(t_, y_):
-                return jax.lax.switch(code, conditions, t_, y_, params)
-
             t, y = t_end + dt, restep(dt)
-            return jax.jvp(condition, (t, y), (jnp.ones_like(t), self._vector_field(t, y, args)))
+            return jax.jvp(g, (t, y), (jnp.ones_like(t), self._vector_field(t, y, args)))
 
         lower = t_seg - t_end
         eps = jnp.finfo(t_end.dtype).eps
@@ -185,11 +175,11 @@ class HybridSystem:
         # Land strictly past the crossing (the sign at the step end, dt = 0): a
         # state left at rounding-level zero on the near side would make the next
         # segment "cross" again at once and fire the event twice.
-        after = jnp.sign(residual_and_slope(zero)[0])
+        after = jnp.sign(at_end)
 
         def before_crossing(carry):
             dt, step = carry
-            return (jnp.sign(residual_and_slope(dt)[0]) != after) & (dt < 0)
+            return (jnp.sign(residual(dt)) != after) & (dt < 0)
 
         def advance(carry):
             dt, step = carry
@@ -202,7 +192,7 @@ class HybridSystem:
         located = (change <= 1e3 * tol) & jnp.all(jnp.isfinite(y))
         return t_end + dt, y, located
 
-    def _earliest(self, c, t_end, y_end, event_mask, params, settings):
+    def _earliest(self, c: "HybridSolution", t_end, y_end, event_mask, params, settings):
         """The transition that fired first inside the segment's last step.
 
         diffrax stops at the step where some condition changed sign, but reports
@@ -218,7 +208,7 @@ class HybridSystem:
             before = tr.condition(c.t, c.y, params)
             after = tr.condition(t_end, y_end, params)
             crossed = _crossed(before, after, tr.direction) & (c.mode == source)
-            t_j, y_j, ok_j = self._locate(jnp.asarray(j), c.t, t_end, y_end, c.mode, params, settings)
+            t_j, y_j, ok_j = self._locate(tr.condition, c.t, t_end, y_end, after, c.mode, params, settings)
             candidate = (crossed | reported[j]) & ok_j
             times.append(jnp.where(candidate, t_j, jnp.inf))
             states.append(y_j)
@@ -243,7 +233,8 @@ class HybridSystem:
         solver = settings.make_solver()
         controller = diffrax.PIDController(rtol=settings.rtol, atol=settings.atol)
 
-        def body(c: _Carry) -> _Carry:
+        def body(carry):
+            c, _ = carry  # the solution so far (the loop's state) and whether it is finished
             sol = diffrax.diffeqsolve(
                 term,
                 solver,
@@ -293,40 +284,28 @@ class HybridSystem:
             def record(arr, value):
                 return jnp.where(fired, arr.at[k].set(value), arr)
 
-            return _Carry(
+            return HybridSolution(
                 t=jnp.where(fired, t_ev, t_end),
                 y=jnp.where(fired & (target >= 0), y_next, jnp.where(fired, y_ev, y_end)),
                 mode=jnp.where(continue_, target, c.mode).astype(c.mode.dtype),
                 status=status,
-                done=done,
                 num_steps=steps,
                 num_events=c.num_events + fired.astype(c.num_events.dtype),
                 event_t=record(c.event_t, t_ev),
                 event_y=record(c.event_y, y_ev),
                 event_code=record(c.event_code, code.astype(c.event_code.dtype)),
-            )
+            ), done
 
-        init = _Carry(
+        init = HybridSolution(
             t=jnp.asarray(0.0, dtype),
             y=y0,
             mode=jnp.asarray(mode0, jnp.int32),
             status=jnp.int8(Status.PENDING),
-            done=jnp.asarray(False),
             num_steps=jnp.asarray(0, jnp.int32),
             num_events=jnp.asarray(0, jnp.int32),
             event_t=jnp.full((n_seg,), jnp.nan, dtype),
             event_y=jnp.full((n_seg, n_state), jnp.nan, dtype),
             event_code=jnp.full((n_seg,), -1, jnp.int32),
         )
-        final = jax.lax.while_loop(lambda c: ~c.done, body, init)
-        return HybridSolution(
-            t=final.t,
-            y=final.y,
-            mode=final.mode,
-            status=final.status,
-            num_steps=final.num_steps,
-            num_events=final.num_events,
-            event_t=final.event_t,
-            event_y=final.event_y,
-            event_code=final.event_code,
-        )
+        solution, _ = jax.lax.while_loop(lambda carry: ~carry[1], body, (init, jnp.asarray(False)))
+        return solution
