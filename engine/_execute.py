@@ -15,9 +15,9 @@ from tqdm.auto import tqdm
 
 from ._config import Sweep, parse_sweep
 from ._cost import check_memory, layouts
-from ._cube import CRITICAL, GRID, done_shards, locked, mark_failed, prepare
+from ._cube import CRITICAL, GRID, done_shards, locked, prepare
 from ._jax_setup import SINGLE_THREAD_XLA, configure
-from ._shard import RUNNERS
+from ._shard import RUNNERS, record_failure, run_or_record
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,24 +148,13 @@ def _run_locked(sweep, path, state, executor, workers, scheduler, resources, pro
     )
 
 
-def _failed(out, kind, shard, points, err) -> dict:
-    """A shard that raised: recorded in the store with its error; the sweep goes on."""
-    mark_failed(out, kind, shard, f"{type(err).__name__}: {err}")
-    return {"kind": kind, "shard": shard, "points": points, "failed": points, "error": str(err)}
-
-
 def _results(sweep: Sweep, tasks, executor: str, workers: int, scheduler: str | None, resources=None):
     if not tasks:
         return
     out = str(sweep.out.resolve())
     if executor == "inline":
         for kind, shard, points in tasks:
-            try:
-                yield RUNNERS[kind](sweep, out, shard)
-            except OSError:
-                raise  # a full disk or read-only store stops the run; done shards are kept
-            except Exception as err:  # noqa: BLE001 - a study bug on some points must not stop the sweep
-                yield _failed(out, kind, shard, points, err)
+            yield run_or_record(sweep, out, kind, shard, points)
         return
     from distributed import as_completed
 
@@ -185,4 +174,4 @@ def _results(sweep: Sweep, tasks, executor: str, workers: int, scheduler: str | 
             except OSError:
                 raise
             except Exception as err:  # noqa: BLE001
-                yield _failed(out, *futures[future], err)
+                yield record_failure(out, *futures[future], err)

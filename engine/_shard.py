@@ -11,7 +11,7 @@ import numpy as np
 from ._config import Sweep
 from ._cost import batch_size, layouts
 from ._critical import find_critical
-from ._cube import CRITICAL, GRID, critical_name, mark_done, write_region
+from ._cube import CRITICAL, GRID, critical_name, mark_done, mark_failed, write_region
 from ._evaluate import evaluate
 from ._provenance import device
 from ._status import Status
@@ -77,3 +77,20 @@ def _finish(path, kind, shard, n, status, start) -> dict:
 
 
 RUNNERS = {GRID: run_grid_shard, CRITICAL: run_critical_shard}
+
+
+def record_failure(path, kind: str, shard: int, points: int, err: Exception) -> dict:
+    """A shard that raised: recorded in the store with its error; the sweep goes on."""
+    mark_failed(path, kind, shard, f"{type(err).__name__}: {err}")
+    return {"kind": kind, "shard": shard, "points": points, "failed": points, "error": str(err)}
+
+
+def run_or_record(sweep: Sweep, path, kind: str, shard: int, points: int) -> dict:
+    """Run one shard; a study error is recorded as a failed shard, while a disk
+    error (full, read-only) propagates and stops the run: done shards are kept."""
+    try:
+        return RUNNERS[kind](sweep, path, shard)
+    except OSError:
+        raise
+    except Exception as err:  # noqa: BLE001 - a study bug on some points must not stop the sweep
+        return record_failure(path, kind, shard, points, err)

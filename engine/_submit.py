@@ -6,11 +6,11 @@ import os
 import pathlib
 
 from ._config import Sweep
-from ._cost import check_memory
-from ._cube import MARKERS, cube_sweep, done_shards, mark_failed, prepare
+from ._cost import check_memory, layouts
+from ._cube import CRITICAL, GRID, MARKERS, cube_sweep, done_shards, prepare
 from ._execute import pending_tasks
 from ._jax_setup import configure
-from ._shard import RUNNERS
+from ._shard import run_or_record
 from ._slurm import array_script, check_script, read_share, resolve, sbatch, write_share
 
 
@@ -53,13 +53,12 @@ def work(store, task: int, share) -> int:
     configure()
     store = pathlib.Path(store)
     sweep = cube_sweep(store)
+    grid, critical = layouts(sweep)
+    sizes = {GRID: grid, CRITICAL: critical}
     failures = 0
     for kind, shard in read_share(share, task):
         if shard in done_shards(store, kind):
             continue  # a resubmission, or another task got there first
-        try:
-            RUNNERS[kind](sweep, str(store), shard)
-        except Exception as err:  # noqa: BLE001 - recorded in the store, reported by status
-            mark_failed(store, kind, shard, f"{type(err).__name__}: {err}")
-            failures += 1
+        info = run_or_record(sweep, str(store), kind, shard, sizes[kind].shard_points(shard))
+        failures += "error" in info
     return 1 if failures else 0
