@@ -1,5 +1,6 @@
 """`rollsweep demo`: every study's demo sweeps, run and plotted into one folder."""
 
+import dataclasses
 import pathlib
 
 from ._config import parse_sweep
@@ -15,8 +16,8 @@ def run_demo(folder: pathlib.Path, workers=None, executor=None) -> list[pathlib.
         study = load()
         for demo, text in sorted(study.demo_configs.items()):
             # Demo configs carry a bare file name as `out`; place it in the folder.
-            sweep = parse_sweep(text, file=f"{name}:demo/{demo}.toml", out=None)
-            sweep = parse_sweep(text, file=sweep.file, out=str(folder / sweep.out.name))
+            sweep = parse_sweep(text, file=f"{name}:demo/{demo}.toml")
+            sweep = dataclasses.replace(sweep, out=folder / sweep.out.name)
             report = run(sweep, workers=workers, executor=executor, overwrite=True)
             print(f"{demo}: {report.points_run:,} points in {report.seconds:.1f} s")
             written += plot_cube(sweep.out, folder)

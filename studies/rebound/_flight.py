@@ -93,6 +93,7 @@ def solve_landing(p, settings):
     landed_near = (end_code == TABLE) & _inside(end) & (end[0] < NET_X)
     outcome = jnp.select([at_net, landed_far, landed_near], [NET_FAULT, IN, DOUBLE_BOUNCE], OUT).astype(dtype)
     nan = jnp.full((), jnp.nan, dtype)
+    crossed = codes == NET
     outputs = {
         "outcome": outcome,
         "lands_in": (outcome == IN).astype(dtype),
@@ -101,14 +102,12 @@ def solve_landing(p, settings):
         "flight_time": sol.t,
         "bounce_x": jnp.where(has_bounce, ys[own_bounce, 0], nan),
         "bounce_y": jnp.where(has_bounce, ys[own_bounce, 1], nan),
-        "net_clearance": jnp.nan * jnp.zeros((), dtype),
+        # Height above the net top where the centre crossed the net plane.
+        "net_clearance": jnp.where(jnp.any(crossed), ys[jnp.argmax(crossed), 2] - NET_HEIGHT - p["radius"], nan),
     }
-    # Height above the net top where the centre crossed the net plane.
-    crossed = codes == NET
-    outputs["net_clearance"] = jnp.where(jnp.any(crossed), ys[jnp.argmax(crossed), 2] - NET_HEIGHT - p["radius"],
-                                         nan)
-    status = jnp.where((sol.status == Status.SUCCESS) & (sol.num_events > 0), sol.status,
-                       jnp.where(sol.status == Status.SUCCESS, jnp.int8(Status.EVENT_NOT_FOUND), sol.status))
+    # A flight that reached the horizon without touching anything has no landing.
+    no_event = (sol.status == Status.SUCCESS) & (sol.num_events == 0)
+    status = jnp.where(no_event, jnp.int8(Status.EVENT_NOT_FOUND), sol.status)
     return PointResult(outputs, status, sol.num_steps, sol.num_events)
 
 
