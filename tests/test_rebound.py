@@ -169,3 +169,17 @@ def test_docs_report_is_current():
 
     page = pathlib.Path(__file__).parent.parent / "docs" / "rebound.md"
     assert page.read_text() == report_markdown(), "regenerate: python -m studies.rebound._report > docs/rebound.md"
+
+
+def test_outgoing_angle_is_measured_relative_to_a_moving_racket():
+    """The angle from the racket normal is a racket-frame quantity: shifting ball
+    and racket velocities alike leaves it (and the incidence angle) unchanged."""
+    from studies.rebound import REBOUND
+
+    base = REBOUND.defaults | {"racket_pitch": 0.3}
+    moving = base | {"racket_vx": 2.0, "racket_vz": 1.5, "vx": base["vx"] + 2.0, "vz": base["vz"] + 1.5}
+    columns = {k: np.array([base[k], moving[k]]) for k in base}
+    result = evaluate(REBOUND, SolverSettings(), columns, batch_size=2)
+    assert np.all(result.status == Status.SUCCESS)
+    for name in ("out_angle", "incidence_angle", "regime"):
+        np.testing.assert_allclose(result.outputs[name][1], result.outputs[name][0], rtol=1e-12, err_msg=name)

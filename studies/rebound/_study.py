@@ -38,7 +38,7 @@ def _bounce_outputs():
         Output("incidence_angle", "deg", "angle between the contact point's incoming velocity and the normal"),
         Output("critical_angle", "deg", "critical friction angle arctan(5 (1 + e) mu / 2)"),
         Output("out_speed", "m/s", "outgoing speed |Ve|"),
-        Output("out_angle", "deg", "angle of the outgoing velocity from the normal"),
+        Output("out_angle", "deg", "angle of the outgoing velocity (relative to the surface) from its normal"),
     )
 
 
@@ -47,15 +47,16 @@ def _bounce(v, w, p, racket_velocity, T, dtype):
     out_v, out_w, sliding = racket_bounce(
         v, w, p["restitution"], p["friction"], p["radius"], p["model"], learned, racket_velocity, T
     )
+    # Angles are racket-frame quantities: velocities relative to the racket.
     v_local, w_local = T.T @ (v - racket_velocity), T.T @ w
-    normal_out = (T.T @ (out_v - racket_velocity))[2]
+    out_local = T.T @ (out_v - racket_velocity)
     outputs = {f"out_{c}{x}": vec[i] for c, vec in (("v", out_v), ("w", out_w)) for i, x in enumerate("xyz")}
     outputs |= {
         "regime": sliding.astype(dtype),
         "incidence_angle": jnp.degrees(incidence_angle(v_local, w_local, p["radius"])),
         "critical_angle": jnp.degrees(critical_angle(p["restitution"], p["friction"])).astype(dtype),
         "out_speed": jnp.linalg.norm(out_v),
-        "out_angle": jnp.degrees(jnp.arctan2(jnp.linalg.norm((T.T @ out_v)[:2]), normal_out)),
+        "out_angle": jnp.degrees(jnp.arctan2(jnp.linalg.norm(out_local[:2]), out_local[2])),
     }
     # Only a ball moving into the surface bounces.
     status = jnp.where(v_local[2] < 0, Status.SUCCESS, Status.OUT_OF_RANGE).astype(jnp.int8)
