@@ -126,3 +126,9 @@ def initial_state(q):
 def energy_of(X, q):
     M, r, g = q["mass"], q["radius"], q["gravity"]
     return M * (X[3] ** 2 + X[4] ** 2) / 2 + M * r**2 * X[5] ** 2 / 2 + M * g * X[1]
+
+
+def reference_energy(q):
+    """E0: the energy of the exact (unperturbed) initial state, so that an
+    initial error shows up in f2 like in the other residuals."""
+    return energy_of(initial_state(q | {"initial_error": jnp.zeros_like(q["initial_error"])}), q)
