@@ -9,9 +9,11 @@ from ._cube import StoreError as StoreError
 from ._cube import open_cube as open_cube
 from ._execute import RunReport as RunReport
 from ._execute import run as run
+from ._hybrid import HybridPoint as HybridPoint
 from ._hybrid import HybridSolution as HybridSolution
 from ._hybrid import HybridSystem as HybridSystem
 from ._hybrid import Mode as Mode
+from ._hybrid import Start as Start
 from ._hybrid import Transition as Transition
 from ._solver import SolverSettings as SolverSettings
 from ._status import Status as Status

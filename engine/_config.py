@@ -58,7 +58,7 @@ class Sweep:
     solver: SolverSettings
     critical: Critical | None
     shard_size: int
-    batch_size: int
+    batch_size: int | None
     out: pathlib.Path
     executor: str
     workers: int | None
@@ -143,7 +143,7 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
         if key not in RUN_KEYS:
             raise ConfigError(file, f"run.{key}", f"unknown key (expected one of {sorted(RUN_KEYS)})")
     shard_size = check.positive_int(run, "run.shard_size", 4096)
-    batch_size = check.positive_int(run, "run.batch_size", 256)
+    batch_size = check.positive_int(run, "run.batch_size", None)  # None: chosen by the engine
     executor = check.typed(run, "executor", str, prefix="run.") or "local"
     if executor not in EXECUTORS:
         raise ConfigError(file, "run.executor", f"{executor!r} is not one of {EXECUTORS}")

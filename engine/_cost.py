@@ -6,6 +6,7 @@ import math
 import psutil
 
 from ._config import ConfigError, Sweep
+from ._hybrid import on_lanes
 from ._layout import Layout, chunk_shape
 
 # Bytes held per point while a shard is in flight: inputs and outputs on the
@@ -14,6 +15,9 @@ _COPIES = 3
 # Working memory of one lane of a batched solve (solver stages, event log, loop
 # carries), a generous bound for the studies' small states.
 LANE_BYTES = 64 * 1024
+# A study solved on refilling lanes also keeps, per point of a call, its start
+# and its solution (state, event log) until the call returns: a generous bound.
+POINT_BYTES = 4 * 1024
 # Root-finding evaluations per critical point (Chandrupatla to 1e-12: ~10-40).
 CRITICAL_EVALUATIONS = 40
 
@@ -53,17 +57,45 @@ def layouts(sweep: Sweep) -> tuple[Layout, Layout | None]:
     return grid, Layout(tuple(sweep.shape[i] for i in keep), tuple(chunks[i] for i in keep))
 
 
+# Points of one compiled call when the sweep does not say: a vmapped point function
+# runs them in lockstep, so batches stay small; a study solved on refilling lanes
+# takes the whole shard in one call (its lanes are a fraction of it, see _evaluate).
+DEFAULT_BATCH = 256
+
+
 def batch_size(sweep: Sweep) -> int:
-    """Lanes of one vmapped call: never more than a shard holds. One constant per
+    """Points of one compiled call: never more than a shard holds. One constant per
     sweep, so every shard (and the critical search) runs one compiled program."""
-    return min(sweep.batch_size, math.prod(layouts(sweep)[0].chunks))
+    shard_points = math.prod(layouts(sweep)[0].chunks)
+    if sweep.batch_size is not None:
+        return min(sweep.batch_size, shard_points)
+    return shard_points if on_lanes(sweep.study) else min(DEFAULT_BATCH, shard_points)
+
+
+# Lanes of a study solved on refilling lanes: an eighth of the call's points, so
+# each lane solves several in turn, up to MAX_LANES (past that the lane state
+# outgrows the caches). benchmarks/bench_pingpong.py measures the choice.
+POINTS_PER_LANE = 8
+MAX_LANES = 8192
+
+
+def default_lanes(batch_size: int) -> int:
+    return max(1, min(MAX_LANES, batch_size // POINTS_PER_LANE))
+
+
+def working_bytes(sweep: Sweep) -> int:
+    """Memory of one compiled call beyond the shard's own arrays."""
+    batch = batch_size(sweep)
+    if on_lanes(sweep.study):
+        return default_lanes(batch) * LANE_BYTES + batch * POINT_BYTES
+    return batch * LANE_BYTES
 
 
 def estimate(sweep: Sweep, workers: int = 1) -> Cost:
     grid, critical = layouts(sweep)
     n_values = sum(math.prod(sweep.study.outputs_by_name[n].shape) for n in sweep.outputs) + len(sweep.axes) + 3
     shard_points = math.prod(grid.chunks)
-    shard_bytes = shard_points * n_values * 8 * _COPIES + batch_size(sweep) * LANE_BYTES
+    shard_bytes = shard_points * n_values * 8 * _COPIES + working_bytes(sweep)
     budget = psutil.virtual_memory().total // (2 * max(1, workers))
     return Cost(
         points=grid.n_points,
@@ -79,8 +111,8 @@ def estimate(sweep: Sweep, workers: int = 1) -> Cost:
 def check_memory(sweep: Sweep, workers: int = 1) -> Cost:
     cost = estimate(sweep, workers)
     if cost.shard_bytes > cost.memory_budget:
-        lanes = batch_size(sweep) * LANE_BYTES
-        key = "run.batch_size" if lanes > cost.shard_bytes / 2 else "run.shard_size"
+        batch_heavy = sweep.batch_size is not None and working_bytes(sweep) > cost.shard_bytes / 2
+        key = "run.batch_size" if batch_heavy else "run.shard_size"
         raise ConfigError(
             sweep.file,
             key,

@@ -16,6 +16,7 @@ event state is exact to solver tolerance.
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import diffrax
 import equinox as eqx
@@ -309,3 +310,40 @@ class HybridSystem:
         )
         solution, _ = jax.lax.while_loop(lambda carry: ~carry[1], body, (init, jnp.asarray(False)))
         return solution
+
+
+class Start(NamedTuple):
+    """Where one point's hybrid solve begins: state, mode, the arguments every
+    vector field, condition and reset receives, and the horizon (None: t_max)."""
+
+    y0: jax.Array
+    mode: Any
+    args: Any
+    t_end: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class HybridPoint:
+    """A study's point function written as start -> hybrid solve -> finish.
+
+    Calling it is the plain per-point solve. Declared this way (as a study's
+    `solve_point`), it also lets the engine solve a whole batch on lanes that
+    take a new point as soon as they finish one (engine._lanes), instead of
+    vmapping the point function, where every lane waits for the slowest.
+
+    start(params, settings) -> Start
+    finish(params, solution: HybridSolution, settings) -> PointResult
+    """
+
+    system: HybridSystem
+    start: Callable
+    finish: Callable
+
+    def __call__(self, params, settings: SolverSettings):
+        y0, mode, args, t_end = self.start(params, settings)
+        return self.finish(params, self.system.solve(y0, mode, args, settings, t_end), settings)
+
+
+def on_lanes(study) -> bool:
+    """Whether the engine solves the study's batches on refilling lanes."""
+    return isinstance(study.solve_point, HybridPoint)

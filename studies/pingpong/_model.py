@@ -11,7 +11,7 @@ is being located).
 
 import jax.numpy as jnp
 
-from engine import HybridSystem, Mode, PointResult, Status, Transition
+from engine import HybridPoint, HybridSystem, Mode, PointResult, Start, Status, Transition
 
 SLIDE, ROLL = 0, 1
 
@@ -67,13 +67,16 @@ def rolling_friction(xdot, lam, p):
     return (2.0 / 3.0) * xddot + lam * p["rolling_resistance"] * p["gravity"] / p["radius"]
 
 
-def solve_point(p, settings):
-    dtype = jnp.dtype(settings.dtype)
+def _start(p, settings):
     v0, r = p["initial_speed"], p["radius"]
     thetadot0 = -p["spin_ratio"] * v0 / r  # backspin: spin ratio q = |r thetadot0 / v0|
-    y0 = jnp.stack([0.0, v0, 0.0, thetadot0, 0.0]).astype(dtype)
+    y0 = jnp.stack([0.0, v0, 0.0, thetadot0, 0.0]).astype(jnp.dtype(settings.dtype))
     # Spin ratio >= 0 and v0 > 0 give slip v0 (1 + q) > 0: the ball always starts sliding.
-    sol = SYSTEM.solve(y0, SLIDE, p, settings)
+    return Start(y0, SLIDE, p)
+
+
+def _finish(p, sol, settings):
+    dtype = jnp.dtype(settings.dtype)
 
     roll_start = sol.event_y[0]
     u0, lam = roll_start[1], jnp.sign(roll_start[1])
@@ -94,3 +97,6 @@ def solve_point(p, settings):
     ended_at_rest = (sol.num_events == 2) & (sol.status == Status.SUCCESS)
     status = jnp.where(ended_at_rest | (sol.status != Status.SUCCESS), sol.status, jnp.int8(Status.SOLVER_FAILED))
     return PointResult(outputs, status, sol.num_steps, sol.num_events)
+
+
+solve_point = HybridPoint(SYSTEM, _start, _finish)

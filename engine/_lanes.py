@@ -1,0 +1,443 @@
+"""Lanes that refill: many hybrid solves in one loop, without lockstep waste.
+
+`jax.vmap` of a per-point solve runs every point of a batch in lockstep: the
+batch takes as many loop iterations as its slowest point, and lanes that
+finished early idle (a third of all lane-steps on the rolling-ball sweep, and
+one point that never converges stalls the whole batch). Here one
+`lax.while_loop` advances `lanes` solves by one solver step per iteration; a
+lane that finishes writes its solution and takes the next point of the batch at
+once, so every lane works until the batch runs out of points.
+
+Each iteration, each lane takes exactly one step of the solver (diffrax's
+`solver.step` and `PIDController.adapt_step_size`, vectorised over lanes):
+
+- a regular adaptive step; if a transition's condition changed sign in an
+  accepted step, the lane does not advance but starts locating the crossing;
+- or, while locating, a re-step from the same (exact) step start to the current
+  Newton iterate for the crossing time, the slope along the flow coming from the
+  vector field at the iterate. The first iterate is the root of the cubic
+  Hermite interpolant of the condition over the step, so two re-steps usually
+  converge to rounding level. The event state is an exact solver step: accurate
+  to solver tolerance, like the state at any step end (HybridSystem.solve
+  locates the same way, by re-steps).
+
+The solution of each point is the same `HybridSolution` that HybridSystem.solve
+returns, and the tests compare the two. Differences: after an event, a segment
+goes on with the controller's last proposed step instead of a fresh initial
+step guess, and a step whose state is not finite is rejected and shrunk (up to
+`max_steps`) rather than taken as a failed solve.
+"""
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from ._hybrid import _INACTIVE, HybridPoint, HybridSolution, HybridSystem, _crossed, _target_function
+from ._solver import SolverSettings
+from ._status import Status
+
+# Finished lanes wait for the write-out and refill until 1/_FLUSH_SHARE of all
+# lanes are waiting (benchmarks/bench_pingpong.py measures the choice).
+_FLUSH_SHARE = 8
+# Re-steps allowed to locate one crossing (2-3 are typical).
+_LOCATE_TRIES = 16
+# A rejected step whose state is not finite is retried this much shorter.
+_NONFINITE_SHRINK = 0.2
+
+
+class _Lane(eqx.Module):
+    """State of one lane (every field gets a leading lane axis)."""
+
+    point: jax.Array  # index into the batch; the batch size means "no point"
+    t: jax.Array
+    y: jax.Array
+    f: jax.Array  # vector field at (t, y): the first stage of the next step
+    g: jax.Array  # every transition's condition at (t, y) (inactive ones constant)
+    mode: jax.Array
+    args: object
+    horizon: jax.Array
+    h: jax.Array  # next regular step size
+    control: tuple  # PIDController state
+    steps: jax.Array  # regular steps (accepted and rejected) of the whole solve
+    segment_steps: jax.Array
+    status: jax.Array
+    events: jax.Array
+    event_t: jax.Array
+    event_y: jax.Array
+    event_code: jax.Array
+    # locating a crossing inside the step [t, t + span]
+    locating: jax.Array
+    code: jax.Array  # the transition being located
+    span: jax.Array
+    dt: jax.Array  # current Newton iterate (offset from t)
+    nudge: jax.Array
+    creeping: jax.Array  # converged but short of the crossing: stepping forward
+    tries: jax.Array
+
+
+class _Plan(eqx.Module):
+    """Per-point starting data, computed for the whole batch before the loop."""
+
+    y: jax.Array
+    f: jax.Array
+    g: jax.Array
+    mode: jax.Array
+    args: object
+    horizon: jax.Array
+    h: jax.Array
+
+
+def _secant_root(a, b, span):
+    """Root in [0, span] of the line through (0, a) and (span, b)."""
+    return jnp.clip(span * a / jnp.where(a == b, 1.0, a - b), 0.0, span)
+
+
+def _pick(values, index):
+    """values[index] for a small vector, as a masked sum: under vmap on CPU this
+    fuses with its neighbours, where a gather would not."""
+    return jnp.sum(jnp.where(jnp.arange(values.shape[0]) == index, values, jnp.zeros_like(values)))
+
+
+def _record(rows, index, value, when):
+    """rows with rows[index] = value where `when` (masked, no scatter: see _pick)."""
+    hit = when & (jnp.arange(rows.shape[0]) == index)
+    return jnp.where(hit.reshape(hit.shape + (1,) * (rows.ndim - 1)), value, rows)
+
+
+class _Machine:
+    """The per-lane functions of one hybrid system under one solver setting."""
+
+    def __init__(self, system: HybridSystem, settings: SolverSettings):
+        self.system = system
+        self.settings = settings
+        self.transitions = system.transitions
+        self.solver = settings.make_solver()
+        self.term = diffrax.ODETerm(system._vector_field)
+        self.controller = diffrax.PIDController(rtol=settings.rtol, atol=settings.atol)
+        self.error_order = self.solver.error_order(self.term)
+        self.tableau = self.solver.tableau
+        self.directions = [tr.direction for _, tr in self.transitions]
+        self.targets = [_target_function(tr.target) for _, tr in self.transitions] or [_target_function(None)]
+        self.resets = [tr.reset or (lambda t, y, a: y) for _, tr in self.transitions] or [lambda t, y, a: y]
+        self.ends_at_horizon = jnp.array([m.ends_at_horizon for m in system.modes])
+
+    def step(self, t0, t1, y0, f0, mode, args):
+        """One explicit Runge-Kutta step of the solver's Butcher tableau.
+
+        The stages are unrolled with the tableau's coefficients as constants:
+        under vmap this is ~6x faster on CPU than `solver.step` (whose generic
+        stage loop indexes a stored array of stages), for the same arithmetic.
+        Returns the new state, the embedded error estimate, and the vector field
+        at the new state (the last stage, for first-same-as-last tableaus).
+        """
+        tableau = self.tableau
+        h = t1 - t0
+
+        def combine(weights, ks):
+            return sum(float(w) * k for w, k in zip(weights, ks) if w != 0)
+
+        ks = [f0]
+        for c, a in zip(tableau.c, tableau.a_lower):
+            ks.append(self.field(t0 + float(c) * h, y0 + h * combine(a, ks), mode, args))
+        y1 = y0 + h * combine(tableau.b_sol, ks)
+        error = h * combine(tableau.b_error, ks)
+        f1 = ks[-1] if tableau.fsal else self.field(t1, y1, mode, args)
+        return y1, error, f1
+
+    def field(self, t, y, mode, args):
+        return self.system._vector_field(t, y, (mode, args))
+
+    def conditions(self, t, y, f, mode, args):
+        """Every transition's condition and its slope along the flow f at (t, y)."""
+        if not self.transitions:
+            return jnp.full((1,), _INACTIVE, y.dtype), jnp.zeros((1,), y.dtype)
+
+        def values(t, y):
+            gated = [
+                jnp.where(mode == source, tr.condition(t, y, args), jnp.asarray(_INACTIVE, y.dtype))
+                for source, tr in self.transitions
+            ]
+            return jnp.stack(gated).astype(y.dtype)
+
+        return jax.jvp(values, (t, y), (jnp.ones_like(t), f))
+
+    def crossed(self, before, after):
+        if not self.transitions:
+            return jnp.zeros(before.shape, bool)
+        return jnp.stack([_crossed(before[j], after[j], d) for j, d in enumerate(self.directions)])
+
+    def plan(self, start: HybridPoint, params) -> _Plan:
+        """Start of one point: state, first stage, conditions, first step size."""
+        settings = self.settings
+        y0, mode, args, t_end = start.start(params, settings)
+        dtype = y0.dtype
+        mode = jnp.asarray(mode, jnp.int32)
+        horizon = jnp.asarray(settings.t_max if t_end is None else t_end, dtype)
+        t0 = jnp.zeros((), dtype)
+        f = self.field(t0, y0, mode, args)
+        g, _ = self.conditions(t0, y0, f, mode, args)
+        h, _ = self.controller.init(
+            self.term, t0, horizon, y0, None, (mode, args), lambda term, t, y, a: term.vf(t, y, a), self.error_order
+        )
+        return _Plan(y0, f, g, mode, args, horizon, jnp.minimum(h - t0, horizon))
+
+    def advance(self, s: _Lane) -> _Lane:
+        """One solver step of one lane (none if its point is finished)."""
+        settings = self.settings
+        dtype = s.y.dtype
+        # A finished lane waits, unchanged, until its solution is written out.
+        alive = s.status == Status.PENDING
+        locating = s.locating & alive
+        regular = ~s.locating & alive
+        to_horizon = s.horizon - s.t
+        clipped = regular & (s.h >= to_horizon)
+        span = jnp.where(s.locating, s.dt, jnp.where(clipped, to_horizon, s.h))
+        t1 = jnp.where(clipped, s.horizon, s.t + span)
+        args = (s.mode, s.args)
+        y1, y_error, f1 = self.step(s.t, t1, s.y, s.f, s.mode, s.args)
+        g1, dg1 = self.conditions(t1, y1, f1, s.mode, s.args)
+        finite = jnp.all(jnp.isfinite(y1))
+        crossed = self.crossed(s.g, g1)
+
+        # ---- a regular step: accept or reject, then look for crossings
+        keep, next_t0, next_t1, _, control, _ = self.controller.adapt_step_size(
+            s.t, t1, s.y, y1, args, y_error, self.error_order, s.control
+        )
+        keep = keep & finite
+        h_next = jnp.where(finite, next_t1 - next_t0, _NONFINITE_SHRINK * span)
+        detect = regular & keep & jnp.any(crossed)
+        roots = _secant_root(s.g, g1, t1 - s.t)
+        first = jnp.argmin(jnp.where(crossed, roots, jnp.inf))
+        moves = regular & keep & ~detect  # an ordinary accepted step
+        at_horizon = moves & clipped
+
+        # ---- a locating re-step: Newton on the crossing time
+        eps = jnp.finfo(dtype).eps
+        tol = 4 * eps * jnp.maximum(jnp.abs(s.t), jnp.abs(s.t + s.span))
+        value, slope = _pick(g1, s.code), _pick(dg1, s.code)
+        newton = jnp.clip(s.dt - value / jnp.where(slope != 0, slope, 1.0), 0.0, s.span)
+        converged = finite & (jnp.abs(newton - s.dt) <= tol)
+        settled = converged | s.creeping
+        past = _pick(crossed, s.code).astype(bool)
+        others = crossed & (jnp.arange(crossed.size) != s.code)
+        # Converged onto the crossing but a transition declared elsewhere crossed
+        # before it: that one fires first; locate it inside [t, t + dt].
+        switch = locating & settled & past & jnp.any(others)
+        other = jnp.argmax(others)
+        g_other, g1_other = _pick(s.g, other), _pick(g1, other)
+        located = locating & settled & past & ~switch
+        # Converged but still on the near side (rounding): step forward, by growing
+        # nudges and no more Newton updates, until past.
+        creep = locating & settled & ~past
+        tries = s.tries + 1
+        lost = locating & ~located & (tries >= _LOCATE_TRIES)
+
+        # ---- the event: record, then end or go on in the next mode
+        k = jnp.minimum(s.events, settings.max_segments - 1)
+        code = s.code
+        target = jax.lax.switch(code, self.targets, t1, y1, s.args)
+        y_next = jax.lax.switch(code, self.resets, t1, y1, s.args)
+        next_mode = jnp.where(target >= 0, target, s.mode).astype(s.mode.dtype)
+        f_next = self.field(t1, y_next, next_mode, s.args)
+        g_next, _ = self.conditions(t1, y_next, f_next, next_mode, s.args)
+        reset_finite = jnp.all(jnp.isfinite(y_next))
+        goes_on = located & (target >= 0) & reset_finite & (s.events + 1 < settings.max_segments)
+
+        steps = s.steps + regular
+        segment_steps = jnp.where(goes_on, 0, s.segment_steps + regular)
+        out_of_steps = regular & ~detect & ~at_horizon & (segment_steps >= settings.max_steps)
+        status = jnp.select(
+            [
+                located & (target < 0),
+                located & ~reset_finite,
+                located & ~goes_on,
+                lost,
+                at_horizon & self.ends_at_horizon[s.mode],
+                at_horizon,
+                out_of_steps,
+            ],
+            [
+                Status.SUCCESS,
+                Status.NONFINITE,
+                Status.MAX_SEGMENTS,
+                Status.SOLVER_FAILED,
+                Status.SUCCESS,
+                Status.EVENT_NOT_FOUND,
+                Status.MAX_STEPS,
+            ],
+            Status.PENDING,
+        ).astype(jnp.int8)
+        status = jnp.where(alive, status, s.status)
+
+        new_t = jnp.where(moves | located, t1, s.t)
+        lane = _Lane(
+            point=s.point,
+            t=new_t,
+            y=jnp.where(moves, y1, jnp.where(goes_on, y_next, jnp.where(located, y1, s.y))),
+            f=jnp.where(moves, f1, jnp.where(goes_on, f_next, s.f)),
+            g=jnp.where(moves, g1, jnp.where(goes_on, g_next, s.g)),
+            mode=jnp.where(goes_on, next_mode, s.mode),
+            args=s.args,
+            horizon=s.horizon,
+            h=jnp.where(regular, h_next, s.h),
+            control=jax.tree_util.tree_map(lambda new, old: jnp.where(regular, new, old), control, s.control),
+            steps=steps,
+            segment_steps=segment_steps,
+            status=status,
+            events=s.events + located,
+            event_t=_record(s.event_t, k, t1, located),
+            event_y=_record(s.event_y, k, y1, located),
+            event_code=_record(s.event_code, k, code, located),
+            locating=(detect | (s.locating & ~located)) & ~lost,
+            code=jnp.where(detect, first, jnp.where(switch, other, s.code)).astype(s.code.dtype),
+            span=jnp.where(detect, t1 - s.t, jnp.where(switch, s.dt, s.span)),
+            dt=jnp.select(
+                [detect, switch, creep],
+                [
+                    _pick(roots, first),
+                    s.dt * g_other / jnp.where(g_other == g1_other, 1.0, g_other - g1_other),
+                    jnp.minimum(s.dt + s.nudge, s.span),
+                ],
+                newton,
+            ),
+            nudge=jnp.where(creep, 4 * s.nudge, jnp.where(detect | switch, jnp.maximum(tol, 1e-300), s.nudge)),
+            creeping=creep,
+            tries=jnp.where(detect | switch, 0, tries).astype(s.tries.dtype),
+        )
+        return lane
+
+
+def _solution(lane: _Lane) -> HybridSolution:
+    return HybridSolution(
+        t=lane.t,
+        y=lane.y,
+        mode=lane.mode,
+        status=lane.status,
+        num_steps=lane.steps,
+        num_events=lane.events,
+        event_t=lane.event_t,
+        event_y=lane.event_y,
+        event_code=lane.event_code,
+    )
+
+
+def solve_batch(point: HybridPoint, params: dict, settings: SolverSettings, lanes: int) -> HybridSolution:
+    """Solve every point of `params` (name -> (n,) array) on `lanes` refilling lanes.
+
+    Returns the points' HybridSolutions stacked along a leading axis of length n.
+    """
+    machine = _Machine(point.system, settings)
+    n = next(iter(params.values())).shape[0]
+    lanes = min(lanes, n)
+    plan = jax.vmap(lambda p: machine.plan(point, p))(params)
+    dtype = plan.y.dtype
+    n_seg, n_state = settings.max_segments, plan.y.shape[1]
+
+    def take(tree, index):
+        return jax.tree_util.tree_map(lambda a: a[index], tree)
+
+    empty = _Lane(
+        point=jnp.full((lanes,), n, jnp.int32),
+        t=jnp.zeros((lanes,), dtype),
+        y=plan.y[:lanes],
+        f=plan.f[:lanes],
+        g=plan.g[:lanes],
+        mode=plan.mode[:lanes],
+        args=take(plan.args, slice(0, lanes)),
+        horizon=plan.horizon[:lanes],
+        h=plan.h[:lanes],
+        control=(jnp.ones((lanes,), dtype), jnp.ones((lanes,), dtype), jnp.zeros((lanes,), bool)),
+        steps=jnp.zeros((lanes,), jnp.int32),
+        segment_steps=jnp.zeros((lanes,), jnp.int32),
+        status=jnp.full((lanes,), Status.PENDING, jnp.int8),
+        events=jnp.zeros((lanes,), jnp.int32),
+        event_t=jnp.full((lanes, n_seg), jnp.nan, dtype),
+        event_y=jnp.full((lanes, n_seg, n_state), jnp.nan, dtype),
+        event_code=jnp.full((lanes, n_seg), -1, jnp.int32),
+        locating=jnp.zeros((lanes,), bool),
+        code=jnp.zeros((lanes,), jnp.int32),
+        span=jnp.zeros((lanes,), dtype),
+        dt=jnp.zeros((lanes,), dtype),
+        nudge=jnp.zeros((lanes,), dtype),
+        creeping=jnp.zeros((lanes,), bool),
+        tries=jnp.zeros((lanes,), jnp.int32),
+    )
+    fresh = empty  # the per-lane reset values below come from `plan`, the rest from here
+
+    def refill(lane: _Lane, free, next_point):
+        """Free lanes take the next points of the batch, in order."""
+        rank = jnp.cumsum(free) - 1
+        new = next_point + rank
+        takes = free & (new < n)
+        index = jnp.minimum(new, n - 1)
+        start = take(plan, index)
+
+        def pick(new_value, old_value):
+            mask = takes.reshape(takes.shape + (1,) * (new_value.ndim - 1))
+            return jnp.where(mask, new_value, old_value)
+
+        lane = _Lane(
+            point=jnp.where(free, jnp.where(takes, new, n), lane.point),
+            t=pick(jnp.zeros_like(lane.t), lane.t),
+            y=pick(start.y, lane.y),
+            f=pick(start.f, lane.f),
+            g=pick(start.g, lane.g),
+            mode=pick(start.mode, lane.mode),
+            args=jax.tree_util.tree_map(pick, start.args, lane.args),
+            horizon=pick(start.horizon, lane.horizon),
+            h=pick(start.h, lane.h),
+            control=jax.tree_util.tree_map(pick, fresh.control, lane.control),
+            steps=pick(fresh.steps, lane.steps),
+            segment_steps=pick(fresh.segment_steps, lane.segment_steps),
+            status=pick(fresh.status, lane.status),
+            events=pick(fresh.events, lane.events),
+            event_t=pick(fresh.event_t, lane.event_t),
+            event_y=pick(fresh.event_y, lane.event_y),
+            event_code=pick(fresh.event_code, lane.event_code),
+            locating=pick(fresh.locating, lane.locating),
+            code=lane.code,
+            span=lane.span,
+            dt=lane.dt,
+            nudge=lane.nudge,
+            creeping=lane.creeping,
+            tries=lane.tries,
+        )
+        return lane, next_point + jnp.sum(free)
+
+    # One spare row (index n) takes the writes of lanes that finished nothing.
+    results = jax.tree_util.tree_map(
+        lambda a: jnp.zeros((n + 1,) + a.shape[1:], a.dtype), _solution(empty)
+    )
+
+    def flush(lane, results, next_point, finished):
+        """Write the finished lanes' solutions, and give those lanes new points."""
+        row = jnp.where(finished, lane.point, n)
+        results = jax.tree_util.tree_map(
+            lambda out, value: out.at[row].set(value, mode="promise_in_bounds"), results, _solution(lane)
+        )
+        lane, next_point = refill(lane, finished | (lane.point >= n), next_point)
+        return lane, results, next_point
+
+    # Writing out and refilling costs about as much as a step of every lane, so it
+    # waits until a good share of the lanes has finished (or none is running):
+    # finished lanes idle for a few steps, the flush runs a few times less often.
+    threshold = max(1, lanes // _FLUSH_SHARE)
+
+    def body(carry):
+        lane, results, next_point = carry
+        lane = jax.vmap(machine.advance)(lane)
+        finished = (lane.status != Status.PENDING) & (lane.point < n)
+        waiting = jnp.sum(finished)
+        running = jnp.sum((lane.status == Status.PENDING) & (lane.point < n))
+        return jax.lax.cond(
+            (waiting >= threshold) | (running == 0),
+            lambda: flush(lane, results, next_point, finished),
+            lambda: (lane, results, next_point),
+        )
+
+    lane, next_point = refill(empty, jnp.ones((lanes,), bool), jnp.asarray(0, jnp.int32))
+    _, results, _ = jax.lax.while_loop(
+        lambda carry: jnp.any(carry[0].point < n), body, (lane, results, next_point)
+    )
+    return jax.tree_util.tree_map(lambda a: a[:n], results)
