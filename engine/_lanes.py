@@ -66,10 +66,12 @@ class _Lane(eqx.Module):
     event_t: jax.Array
     event_y: jax.Array
     event_code: jax.Array
-    # locating a crossing inside the step [t, t + span]
+    # locating a crossing inside the step [t, t + span]: it lies in [t + lo, t + hi]
     locating: jax.Array
     code: jax.Array  # the transition being located
     span: jax.Array
+    lo: jax.Array  # the largest offset known short of the crossing
+    hi: jax.Array  # the smallest offset known past it
     dt: jax.Array  # current Newton iterate (offset from t)
     nudge: jax.Array
     creeping: jax.Array  # converged but short of the crossing: stepping forward
@@ -135,10 +137,10 @@ class _Machine:
         h = t1 - t0
 
         def combine(weights, ks):
-            return sum(float(w) * k for w, k in zip(weights, ks) if w != 0)
+            return sum(float(w) * k for w, k in zip(weights, ks, strict=True) if w != 0)
 
         ks = [f0]
-        for c, a in zip(tableau.c, tableau.a_lower):
+        for c, a in zip(tableau.c, tableau.a_lower, strict=True):
             ks.append(self.field(t0 + float(c) * h, y0 + h * combine(a, ks), mode, args))
         y1 = y0 + h * combine(tableau.b_sol, ks)
         error = h * combine(tableau.b_error, ks)
@@ -216,10 +218,16 @@ class _Machine:
         eps = jnp.finfo(dtype).eps
         tol = 4 * eps * jnp.maximum(jnp.abs(s.t), jnp.abs(s.t + s.span))
         value, slope = _pick(g1, s.code), _pick(dg1, s.code)
-        newton = jnp.clip(s.dt - value / jnp.where(slope != 0, slope, 1.0), 0.0, s.span)
-        converged = finite & (jnp.abs(newton - s.dt) <= tol)
-        settled = converged | s.creeping
         past = _pick(crossed, s.code).astype(bool)
+        lo = jnp.where(past, s.lo, s.dt)
+        hi = jnp.where(past, s.dt, s.hi)
+        # Safeguarded Newton: a condition need not be monotone over the step (a ball
+        # rising then falling through a plane), so an update that leaves the
+        # bracket bisects it instead.
+        raw = s.dt - value / jnp.where(slope != 0, slope, 1.0)
+        converged = (finite & (jnp.abs(raw - s.dt) <= tol)) | (hi - lo <= tol)
+        newton = jnp.where((raw > lo) & (raw < hi) & finite, raw, 0.5 * (lo + hi))
+        settled = converged | s.creeping
         others = crossed & (jnp.arange(crossed.size) != s.code)
         # Converged onto the crossing but a transition declared elsewhere crossed
         # before it: that one fires first; locate it inside [t, t + dt].
@@ -297,10 +305,12 @@ class _Machine:
                 [
                     _pick(roots, first),
                     s.dt * g_other / jnp.where(g_other == g1_other, 1.0, g_other - g1_other),
-                    jnp.minimum(s.dt + s.nudge, s.span),
+                    jnp.minimum(s.dt + s.nudge, hi),
                 ],
                 newton,
             ),
+            lo=jnp.where(detect | switch, 0.0, lo),
+            hi=jnp.where(detect, t1 - s.t, jnp.where(switch, s.dt, hi)),
             nudge=jnp.where(creep, 4 * s.nudge, jnp.where(detect | switch, jnp.maximum(tol, 1e-300), s.nudge)),
             creeping=creep,
             tries=jnp.where(detect | switch, 0, tries).astype(s.tries.dtype),
@@ -358,6 +368,8 @@ def solve_batch(point: HybridPoint, params: dict, settings: SolverSettings, lane
         locating=jnp.zeros((lanes,), bool),
         code=jnp.zeros((lanes,), jnp.int32),
         span=jnp.zeros((lanes,), dtype),
+        lo=jnp.zeros((lanes,), dtype),
+        hi=jnp.zeros((lanes,), dtype),
         dt=jnp.zeros((lanes,), dtype),
         nudge=jnp.zeros((lanes,), dtype),
         creeping=jnp.zeros((lanes,), bool),
@@ -398,6 +410,8 @@ def solve_batch(point: HybridPoint, params: dict, settings: SolverSettings, lane
             locating=pick(fresh.locating, lane.locating),
             code=lane.code,
             span=lane.span,
+            lo=lane.lo,
+            hi=lane.hi,
             dt=lane.dt,
             nudge=lane.nudge,
             creeping=lane.creeping,

@@ -50,7 +50,8 @@ CASES = [
      "run.shard_size", "lower shard_size"),
     ("batch too large for memory", ("axes", "run"),
      ("[axes]\nspin_ratio = { linspace = [0.0, 3.0, 1000] }\ndrag = { linspace = [0.0, 1.0, 1000] }\n"
-      "initial_speed = { linspace = [0.5, 1.0, 100] }", '[run]\nbatch_size = 10000000\nshard_size = 10000000\nout = "OUT"'),
+      "initial_speed = { linspace = [0.5, 1.0, 100] }",
+      '[run]\nbatch_size = 10000000\nshard_size = 10000000\nout = "OUT"'),
      "run.batch_size", "lower batch_size"),
     ("unknown run key", "run", '[run]\nshards = 4\nout = "OUT"', "run.shards", "unknown key"),
     ("unknown table", "critical", "[plot]\ncolor = 1", "plot", "unknown table or key"),

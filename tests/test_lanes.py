@@ -1,0 +1,84 @@
+"""Refilling lanes (engine._lanes) against the per-point hybrid solve and closed forms."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from engine import HybridPoint, HybridSystem, Mode, PointResult, SolverSettings, Start, Status, Transition
+from engine._evaluate import evaluate
+from engine._lanes import solve_batch
+from studies.pingpong import STUDY
+
+from conftest import PINGPONG_DEFAULTS
+
+SETTINGS = SolverSettings(rtol=1e-10, atol=1e-12)
+
+
+def _columns(q):
+    return {k: np.full(q.size, v) for k, v in PINGPONG_DEFAULTS.items()} | {"spin_ratio": q}
+
+
+@pytest.mark.parametrize("lanes", [1, 3, 8])
+def test_lanes_agree_with_the_per_point_solve(lanes):
+    q = np.linspace(0.0, 3.0, 17)
+    on_lanes = evaluate(STUDY, SETTINGS, _columns(q), batch_size=17, lanes=lanes)
+    per_point = evaluate(STUDY, SETTINGS, _columns(q), batch_size=17, lanes=0)
+    np.testing.assert_array_equal(on_lanes.status, per_point.status)
+    np.testing.assert_array_equal(on_lanes.num_events, per_point.num_events)
+    # After an event the lanes go on with the controller's last step instead of a
+    # fresh initial guess, so step sequences differ: both are within tolerance.
+    for name, value in per_point.outputs.items():
+        np.testing.assert_allclose(on_lanes.outputs[name], value, rtol=1e-9, atol=1e-11, err_msg=name)
+    assert np.all(np.abs(on_lanes.num_steps - per_point.num_steps) <= 4)
+
+
+def test_a_failing_point_does_not_hold_back_the_others():
+    """One point runs out of steps; the other lanes keep taking points meanwhile."""
+    q = np.linspace(0.2, 3.0, 40)
+    columns = _columns(q)
+    # Next to no rolling resistance: drag alone slows the rolling ball, which then
+    # creeps on for thousands of seconds; with 200 steps allowed it runs out.
+    columns["rolling_resistance"] = np.where(np.arange(q.size) == 5, 1e-300, columns["rolling_resistance"])
+    settings = SolverSettings(rtol=1e-10, atol=1e-12, max_steps=200, t_max=1e6)
+    result = evaluate(STUDY, settings, columns, batch_size=40, lanes=4)
+    assert result.status[5] == Status.MAX_STEPS and np.isnan(result.outputs["final_displacement"][5])
+    others = np.arange(q.size) != 5
+    assert np.all(result.status[others] == Status.SUCCESS)
+
+
+def _projectile():
+    """A ball thrown up from height 2, over a ledge at height 1 and a floor: two
+    transitions in one mode. A parabola is integrated exactly, so steps grow long
+    and one step often spans both crossings: the ledge's, earlier, must fire."""
+
+    def fly(t, y, p):
+        return jnp.stack([y[1], -p["g"] * jnp.ones_like(y[0])])
+
+    system = HybridSystem((
+        Mode("flight", fly, (
+            Transition("floor", lambda t, y, p: y[0], target=None, direction=False),
+            Transition("falls_below_wall", lambda t, y, p: y[0] - 1.0, target=None, direction=False),
+        )),
+    ))
+
+    def start(p, settings):
+        return Start(jnp.stack([2.0 * jnp.ones_like(p["v"]), p["v"]]), 0, p)
+
+    def finish(p, sol, settings):
+        return PointResult({"t": sol.t, "code": sol.event_code[0].astype(float)}, sol.status)
+
+    return HybridPoint(system, start, finish)
+
+
+def test_the_earliest_of_several_crossings_fires_at_its_closed_form_time():
+    point = _projectile()
+    v = jnp.linspace(5.0, 20.0, 11)
+    g = 9.81
+    sol = jax.jit(lambda p: solve_batch(point, p, SETTINGS, 4))({"v": v, "g": jnp.full(v.shape, g)})
+    # Down through height 1: 2 + v t - g t^2 / 2 = 1.
+    expected = (v + jnp.sqrt(v**2 + 2 * g)) / g
+    np.testing.assert_array_equal(np.asarray(sol.status), Status.SUCCESS)
+    np.testing.assert_array_equal(np.asarray(sol.event_code[:, 0]), 1)
+    np.testing.assert_allclose(np.asarray(sol.t), np.asarray(expected), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(sol.event_y[:, 0, 0]), 1.0, atol=1e-12)
