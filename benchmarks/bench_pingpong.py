@@ -2,17 +2,25 @@
 
 Spin ratio 0.2..3.0, rtol 1e-10, atol 1e-12, float64, both phases (slide, roll
 to rest). Prints points per second, the ratio to the engine (end to end), and
-the largest final-displacement error against the closed form, per method.
-Run: `make bench` (or python benchmarks/bench_pingpong.py --points N).
+the largest final-displacement error against the closed form, per method; then
+the engine's scaling over executors/workers and lanes, and what one point that
+never finishes costs its batch. Run: `make bench` (or python
+benchmarks/bench_pingpong.py --points N). Times are the best of a few runs.
 """
 
 import argparse
+import os
 import pathlib
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+try:
+    import numba
+except ImportError:  # the bench extra is not installed
+    numba = None
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
 from engine._jax_setup import configure  # noqa: E402
@@ -98,60 +106,64 @@ A61=9017/3168; A62=-355/33; A63=46732/5247; A64=49/176; A65=-5103/18656
 B1=35/384; B3=500/1113; B4=125/192; B5=-2187/6784; B6=11/84
 E1=71/57600; E3=-71/16695; E4=71/1920; E5=-17253/339200; E6=22/525; E7=-1/40
 
-@njit(cache=True)
-def f(phase, y, c):
-    beta, mu, g, r, delta, lam = c[0], c[1], c[2], c[3], c[4], c[5]
-    out = np.empty(4)
+@njit(inline="always")
+def f(phase, v, w, beta, mu, g, r, delta, lam):
+    # returns (xdot, vdot, thdot, wdot) for state (x, v, th, w)
     if phase == 0:
-        out[0] = y[1]; out[1] = -2*beta*y[1] - mu*g; out[2] = y[3]; out[3] = 1.5*(mu*r - delta)*g/r**2
-    else:
-        a = -1.2*beta*y[1] - 0.6*g*lam*delta/r
-        out[0] = y[1]; out[1] = a; out[2] = y[3]; out[3] = a/r
-    return out
+        return v, -2*beta*v - mu*g, w, 1.5*(mu*r - delta)*g/(r*r)
+    a = -1.2*beta*v - 0.6*g*lam*delta/r
+    return v, a, w, a/r
+
+@njit(inline="always")
+def step(phase, x, v, th, w, h, c):
+    beta, mu, g, r, delta, lam = c
+    k1 = f(phase, v, w, beta, mu, g, r, delta, lam)
+    k2 = f(phase, v + h*A21*k1[1], w + h*A21*k1[3], beta, mu, g, r, delta, lam)
+    k3 = f(phase, v + h*(A31*k1[1]+A32*k2[1]), w + h*(A31*k1[3]+A32*k2[3]), beta, mu, g, r, delta, lam)
+    k4 = f(phase, v + h*(A41*k1[1]+A42*k2[1]+A43*k3[1]), w + h*(A41*k1[3]+A42*k2[3]+A43*k3[3]), beta, mu, g, r, delta, lam)
+    k5 = f(phase, v + h*(A51*k1[1]+A52*k2[1]+A53*k3[1]+A54*k4[1]), w + h*(A51*k1[3]+A52*k2[3]+A53*k3[3]+A54*k4[3]), beta, mu, g, r, delta, lam)
+    k6 = f(phase, v + h*(A61*k1[1]+A62*k2[1]+A63*k3[1]+A64*k4[1]+A65*k5[1]), w + h*(A61*k1[3]+A62*k2[3]+A63*k3[3]+A64*k4[3]+A65*k5[3]), beta, mu, g, r, delta, lam)
+    s = (B1*k1[0]+B3*k3[0]+B4*k4[0]+B5*k5[0]+B6*k6[0], B1*k1[1]+B3*k3[1]+B4*k4[1]+B5*k5[1]+B6*k6[1],
+         B1*k1[2]+B3*k3[2]+B4*k4[2]+B5*k5[2]+B6*k6[2], B1*k1[3]+B3*k3[3]+B4*k4[3]+B5*k5[3]+B6*k6[3])
+    x1, v1, th1, w1 = x + h*s[0], v + h*s[1], th + h*s[2], w + h*s[3]
+    k7 = f(phase, v1, w1, beta, mu, g, r, delta, lam)
+    e0 = h*(E1*k1[0]+E3*k3[0]+E4*k4[0]+E5*k5[0]+E6*k6[0]+E7*k7[0])
+    e1 = h*(E1*k1[1]+E3*k3[1]+E4*k4[1]+E5*k5[1]+E6*k6[1]+E7*k7[1])
+    e2 = h*(E1*k1[2]+E3*k3[2]+E4*k4[2]+E5*k5[2]+E6*k6[2]+E7*k7[2])
+    e3 = h*(E1*k1[3]+E3*k3[3]+E4*k4[3]+E5*k5[3]+E6*k6[3]+E7*k7[3])
+    return x1, v1, th1, w1, e0, e1, e2, e3
+
+@njit(inline="always")
+def event(phase, v, w, r):
+    return v - r*w if phase == 0 else v
 
 @njit(cache=True)
-def step(phase, y, h, c):
-    k1 = f(phase, y, c)
-    k2 = f(phase, y + h*A21*k1, c)
-    k3 = f(phase, y + h*(A31*k1 + A32*k2), c)
-    k4 = f(phase, y + h*(A41*k1 + A42*k2 + A43*k3), c)
-    k5 = f(phase, y + h*(A51*k1 + A52*k2 + A53*k3 + A54*k4), c)
-    k6 = f(phase, y + h*(A61*k1 + A62*k2 + A63*k3 + A64*k4 + A65*k5), c)
-    y1 = y + h*(B1*k1 + B3*k3 + B4*k4 + B5*k5 + B6*k6)
-    k7 = f(phase, y1, c)
-    err = h*(E1*k1 + E3*k3 + E4*k4 + E5*k5 + E6*k6 + E7*k7)
-    return y1, err
-
-@njit(cache=True)
-def event(phase, y, c):
-    return y[1] - c[3]*y[3] if phase == 0 else y[1]
-
-@njit(cache=True)
-def final_x(q, c, rtol, atol):
-    y = np.array([0.0, 1.0, 0.0, -q/c[3]])
+def final_x(q, beta, mu, g, r, delta, rtol, atol):
+    x, v, th, w = 0.0, 1.0, 0.0, -q/r
     h = 1e-3
+    lam = 0.0
     for phase in range(2):
         if phase == 1:
-            c[5] = np.sign(y[1])
-        g0 = event(phase, y, c)
+            lam = np.sign(v)
+        c = (beta, mu, g, r, delta, lam)
+        g0 = event(phase, v, w, r)
         while True:
-            y1, err = step(phase, y, h, c)
-            sc = atol + rtol*np.maximum(np.abs(y), np.abs(y1))
-            e = np.sqrt(np.mean((err/sc)**2))
+            x1, v1, th1, w1, e0, e1, e2, e3 = step(phase, x, v, th, w, h, c)
+            s0 = e0/(atol + rtol*max(abs(x), abs(x1))); s1 = e1/(atol + rtol*max(abs(v), abs(v1)))
+            s2 = e2/(atol + rtol*max(abs(th), abs(th1))); s3 = e3/(atol + rtol*max(abs(w), abs(w1)))
+            e = np.sqrt((s0*s0 + s1*s1 + s2*s2 + s3*s3)/4)
             if e > 1.0:
                 h *= max(0.2, 0.9*e**-0.2)
                 continue
-            if np.sign(event(phase, y1, c)) != np.sign(g0):
-                # Illinois (regula falsi that halves a stuck end) on re-steps from the
-                # accepted step start: the event state is exact to the tolerance.
-                lo, hi = 0.0, h
-                glo, ghi = event(phase, y, c), event(phase, y1, c)
+            g1 = event(phase, v1, w1, r)
+            if np.sign(g1) != np.sign(g0):
+                lo, hi, glo, ghi = 0.0, h, g0, g1
                 side = 0
                 mid = hi
                 for _ in range(100):
                     mid = hi - ghi*(hi - lo)/(ghi - glo)
-                    ym, _ = step(phase, y, mid, c)
-                    gm = event(phase, ym, c)
+                    xm, vm, thm, wm, _, _, _, _ = step(phase, x, v, th, w, mid, c)
+                    gm = event(phase, vm, wm, r)
                     if gm == 0 or hi - lo < 1e-14*max(1.0, hi):
                         break
                     if np.sign(gm) == np.sign(glo):
@@ -164,25 +176,23 @@ def final_x(q, c, rtol, atol):
                         if side == 1:
                             glo /= 2
                         side = 1
-                y, _ = step(phase, y, mid, c)
+                x, v, th, w, _, _, _, _ = step(phase, x, v, th, w, mid, c)
                 break
-            y = y1
+            x, v, th, w = x1, v1, th1, w1
             h *= min(5.0, 0.9*max(e, 1e-10)**-0.2)
-    return y[0]
+    return x
 
 @njit(parallel=True, cache=True)
-def sweep(qs, c0, rtol, atol):
+def sweep(qs, beta, mu, g, r, delta, rtol, atol):
     out = np.empty(qs.size)
     for i in prange(qs.size):
-        out[i] = final_x(qs[i], c0.copy(), rtol, atol)
+        out[i] = final_x(qs[i], beta, mu, g, r, delta, rtol, atol)
     return out
 '''
 
 
 def numba_sweep():
-    try:
-        import numba  # noqa: F401
-    except ImportError:
+    if numba is None:
         return None
     folder = pathlib.Path(tempfile.gettempdir()) / "rollsweep_bench_numba"
     folder.mkdir(exist_ok=True)
@@ -190,66 +200,108 @@ def numba_sweep():
     sys.path.insert(0, str(folder))
     import pingpong_numba
 
-    c = np.array([BETA, MU, G, R, DELTA, 0.0])
-    return lambda qs: pingpong_numba.sweep(qs, c, RTOL, ATOL)
+    return lambda qs: pingpong_numba.sweep(qs, BETA, MU, G, R, DELTA, RTOL, ATOL)
+
+
+def best_of(fn, repeat=3):
+    """Result and the best wall time of `repeat` calls after a warm-up (the machine is shared)."""
+    out = fn()
+    best = np.inf
+    for _ in range(repeat):
+        start = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - start)
+    return out, best
+
+
+def sweep_text(points, out, shard_size):
+    return f"""study = "pingpong"
+[axes]
+spin_ratio = {{ linspace = [0.2, 3.0, {points}] }}
+[solver]
+rtol = {RTOL}
+atol = {ATOL}
+[run]
+shard_size = {shard_size}
+out = "{out}"
+"""
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--points", type=int, default=20000)
+    parser.add_argument("--points", type=int, default=200_000)
     parser.add_argument("--scipy-points", type=int, default=200)
+    parser.add_argument("--shard-size", type=int, default=65536)
     args = parser.parse_args()
     qs = np.linspace(0.2, 3.0, args.points)
     exact = np.array([cf.final_displacement(P, spin_ratio=q) for q in qs])
     rows = []
 
     def record(name, seconds, n, values, idx=slice(None)):
-        rows.append((name, n / seconds, float(np.max(np.abs(np.asarray(values) - exact[idx])))))
+        rows.append((name, n / seconds, float(np.nanmax(np.abs(np.asarray(values) - exact[idx])))))
 
-    # the engine, end to end through `rollsweep run` (inline and the default local cluster)
-    from engine import parse_sweep, run
-
-    toml = f"""study = "pingpong"
-[axes]
-spin_ratio = {{ linspace = [0.2, 3.0, {args.points}] }}
-[solver]
-rtol = {RTOL}
-atol = {ATOL}
-[run]
-shard_size = 4096
-out = "OUT"
-"""
-    with tempfile.TemporaryDirectory() as tmp:
-        from engine import open_cube
-
-        for executor in ("inline", "local"):
-            sweep = parse_sweep(toml.replace("OUT", f"{tmp}/{executor}.zarr"))
-            report = run(sweep, executor=executor, progress=False)
-            x = open_cube(sweep.out)["final_displacement"].values
-            record(f"engine: rollsweep run ({executor}, end to end)", report.seconds, args.points, x)
-
-    from engine import SolverSettings
+    from engine import SolverSettings, open_cube, parse_sweep, run
     from engine._evaluate import evaluate
     from studies.pingpong import STUDY
 
+    # ---- the engine, end to end through `rollsweep run` (compile cache warm: a
+    # first untimed run fills it), inline and on the local dask cluster
+    workers_curve = []
+    with tempfile.TemporaryDirectory() as tmp:
+        configs = [("inline", None), ("local", 1), ("local", 2)]
+        for k, (executor, workers) in enumerate(configs):
+            def once(tag, k=k, executor=executor, workers=workers):
+                sweep = parse_sweep(sweep_text(args.points, f"{tmp}/{k}{tag}.zarr", args.shard_size))
+                report = run(sweep, executor=executor, workers=workers, progress=False)
+                return sweep, report
+
+            once("warm")
+            best = min((once(f"r{r}") for r in range(2)), key=lambda sr: sr[1].seconds)
+            x = open_cube(best[0].out)["final_displacement"].values
+            label = "inline" if executor == "inline" else f"local cluster, {workers} worker{'s' * (workers > 1)}"
+            record(f"engine: rollsweep run ({label})", best[1].seconds, args.points, x)
+            workers_curve.append((label, args.points / best[1].seconds))
+
+    # ---- the engine's compiled calls alone, and how they scale with lanes
     columns = {k: np.full(qs.size, v) for k, v in P.items()} | {"spin_ratio": qs}
     settings = SolverSettings(rtol=RTOL, atol=ATOL)
-    scaling = []
-    for batch in (64, 256, 1024, 4096):
-        result, seconds = timed(lambda b=batch: evaluate(STUDY, settings, columns, b))
-        scaling.append((batch, args.points / seconds))
-    best = max(scaling, key=lambda s: s[1])
-    result, seconds = timed(lambda: evaluate(STUDY, settings, columns, best[0]))
-    record(f"engine: compiled batches only (batch {best[0]})", seconds, args.points,
+    batch = min(args.shard_size, qs.size)
+    lanes_curve = []
+    for lanes in (256, 1024, 4096, 8192):
+        _, seconds = best_of(lambda n=lanes: evaluate(STUDY, settings, columns, batch, lanes=n))
+        lanes_curve.append((lanes, args.points / seconds))
+    result, seconds = best_of(lambda: evaluate(STUDY, settings, columns, batch))
+    record(f"engine: compiled calls only ({batch} points, lanes)", seconds, args.points,
            result.outputs["final_displacement"])
+    vmap_curve = []
+    for size in (256, 4096):
+        out, seconds = best_of(lambda b=size: evaluate(STUDY, settings, columns, b, lanes=0), repeat=1)
+        vmap_curve.append((size, args.points / seconds))
+    fastest_vmap = max(rate for _, rate in vmap_curve)
+    record("engine: compiled calls, vmap of the point solve (no lanes)", args.points / fastest_vmap,
+           args.points, out.outputs["final_displacement"])
 
+    # ---- one point that never finishes, in a batch of 4096
+    stall = {}
+    bad = {k: v[:4096].copy() for k, v in columns.items()}
+    bad["rolling_resistance"][7] = 1e-300  # creeps for ~5e3 s: runs out of steps
+    long_settings = SolverSettings(rtol=RTOL, atol=ATOL, t_max=1e6)
+    for label, lanes in (("lanes", None), ("vmap", 0)):
+        clean = {k: v[:4096] for k, v in columns.items()}
+        _, t_clean = best_of(
+            lambda lanes=lanes, clean=clean: evaluate(STUDY, long_settings, clean, 4096, lanes=lanes), repeat=1
+        )
+        _, t_bad = best_of(lambda lanes=lanes: evaluate(STUDY, long_settings, bad, 4096, lanes=lanes), repeat=1)
+        stall[label] = t_bad / t_clean
+
+    # ---- the baselines
     sub = np.linspace(0, args.points - 1, args.scipy_points).astype(int)
     start = time.perf_counter()
     x = [scipy_final(q) for q in qs[sub]]
     record("scipy solve_ivp RK45 loop with events", time.perf_counter() - start, len(sub), x, sub)
 
     plain = jax.jit(jax.vmap(diffrax_final))
-    x, seconds = timed(lambda: jax.block_until_ready(plain(jnp.asarray(qs))))
+    x, seconds = best_of(lambda: jax.block_until_ready(plain(jnp.asarray(qs))), repeat=1)
     record("plain jax.jit(jax.vmap(diffrax)), all points", seconds, args.points, x)
     order = np.argsort(qs)
     chunked = jax.jit(jax.vmap(diffrax_final))
@@ -261,23 +313,28 @@ out = "OUT"
         x = np.concatenate([np.asarray(chunked(jnp.asarray(padded[i:i + 250]))) for i in range(0, padded.size, 250)])
         return x[: qs.size][np.argsort(order)]
 
-    x, seconds = timed(by_chunks)
+    x, seconds = best_of(by_chunks)
     record("same, chunks of 250 sorted points", seconds, args.points, x)
 
     numba_fn = numba_sweep()
     if numba_fn is None:
         print("numba not installed: pip install numba (its baseline is skipped)")
     else:
-        x, seconds = timed(numba_fn, qs)
-        record("numba hand-written Dormand-Prince, 2 threads", seconds, args.points, x)
+        x, seconds = best_of(lambda: numba_fn(qs))
+        record(f"numba hand-written Dormand-Prince, {numba.get_num_threads()} threads", seconds, args.points, x)
 
-    engine_rate = rows[0][1]
-    print(f"\nrolling-ball sweep, {args.points} points (scipy: {len(sub)}), rtol {RTOL}, atol {ATOL}, float64")
-    print(f"{'method':<52} {'points/s':>12} {'vs engine':>10} {'max |x - closed form|':>22}")
+    engine_rate = max(r[1] for r in rows if r[0].startswith("engine: rollsweep run"))
+    print(f"\nrolling-ball sweep, {args.points:,} points (scipy: {len(sub)}), rtol {RTOL}, atol {ATOL}, float64;"
+          f" {os.cpu_count()} cores, {jax.devices()[0].platform}")
+    print(f"{'method':<60} {'points/s':>12} {'vs engine':>10} {'max |x - closed form|':>22}")
     for name, rate, err in rows:
-        print(f"{name:<52} {rate:>12,.0f} {rate / engine_rate:>10.2f} {err:>22.1e}")
-    print("\nengine batch-size scaling (compiled batches): "
-          + ", ".join(f"{b}: {r:,.0f} points/s" for b, r in scaling))
+        print(f"{name:<60} {rate:>12,.0f} {rate / engine_rate:>10.2f} {err:>22.1e}")
+    print("\n'vs engine': against the fastest `rollsweep run` row.")
+    print("end to end by executor: " + ", ".join(f"{label}: {r:,.0f}" for label, r in workers_curve))
+    print(f"compiled calls of {batch} points by lanes: " + ", ".join(f"{n}: {r:,.0f}" for n, r in lanes_curve))
+    print("vmap of the point solve by batch size: " + ", ".join(f"{n}: {r:,.0f}" for n, r in vmap_curve))
+    print("one never-finishing point in a batch of 4096, time against a clean batch: "
+          + ", ".join(f"{label}: {r:.2f}x" for label, r in stall.items()))
 
 
 if __name__ == "__main__":

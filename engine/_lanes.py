@@ -40,6 +40,8 @@ from ._status import Status
 # Finished lanes wait for the write-out and refill until 1/_FLUSH_SHARE of all
 # lanes are waiting (benchmarks/bench_pingpong.py measures the choice).
 _FLUSH_SHARE = 8
+# The last busy lanes of a batch continue in a loop this many times narrower.
+_TAIL_SHARE = 16
 # Re-steps allowed to locate one crossing (2-3 are typical).
 _LOCATE_TRIES = 16
 # A rejected step whose state is not finite is retried this much shorter.
@@ -424,34 +426,59 @@ def solve_batch(point: HybridPoint, params: dict, settings: SolverSettings, lane
         lambda a: jnp.zeros((n + 1,) + a.shape[1:], a.dtype), _solution(empty)
     )
 
-    def flush(lane, results, next_point, finished):
-        """Write the finished lanes' solutions, and give those lanes new points."""
+    def write(lane, results, finished):
         row = jnp.where(finished, lane.point, n)
-        results = jax.tree_util.tree_map(
+        return jax.tree_util.tree_map(
             lambda out, value: out.at[row].set(value, mode="promise_in_bounds"), results, _solution(lane)
         )
-        lane, next_point = refill(lane, finished | (lane.point >= n), next_point)
-        return lane, results, next_point
 
-    # Writing out and refilling costs about as much as a step of every lane, so it
-    # waits until a good share of the lanes has finished (or none is running):
-    # finished lanes idle for a few steps, the flush runs a few times less often.
-    threshold = max(1, lanes // _FLUSH_SHARE)
+    def loop(lane, results, next_point, keep_going):
+        """Step the lanes while keep_going(lane, next_point); finished lanes are
+        written out and refilled in flushes."""
+        width = lane.point.shape[0]
+        # Writing out and refilling costs about as much as a step of every lane, so
+        # it waits until a good share of the lanes has finished (or none is running):
+        # finished lanes idle for a few steps, the flush runs a few times less often.
+        threshold = max(1, width // _FLUSH_SHARE)
 
-    def body(carry):
-        lane, results, next_point = carry
-        lane = jax.vmap(machine.advance)(lane)
-        finished = (lane.status != Status.PENDING) & (lane.point < n)
-        waiting = jnp.sum(finished)
-        running = jnp.sum((lane.status == Status.PENDING) & (lane.point < n))
-        return jax.lax.cond(
-            (waiting >= threshold) | (running == 0),
-            lambda: flush(lane, results, next_point, finished),
-            lambda: (lane, results, next_point),
-        )
+        def flush(lane, results, next_point, finished):
+            results = write(lane, results, finished)
+            if width == lanes:
+                lane, next_point = refill(lane, finished | (lane.point >= n), next_point)
+            else:  # the tail: no points are left to take
+                lane = eqx.tree_at(lambda lane_: lane_.point, lane, jnp.where(finished, n, lane.point))
+            return lane, results, next_point
 
+        def body(carry):
+            lane, results, next_point = carry
+            lane = jax.vmap(machine.advance)(lane)
+            finished = (lane.status != Status.PENDING) & (lane.point < n)
+            running = jnp.sum((lane.status == Status.PENDING) & (lane.point < n))
+            return jax.lax.cond(
+                (jnp.sum(finished) >= threshold) | (running == 0),
+                lambda: flush(lane, results, next_point, finished),
+                lambda: (lane, results, next_point),
+            )
+
+        return jax.lax.while_loop(lambda c: keep_going(c[0], c[2]), body, (lane, results, next_point))
+
+    # The batch's last points run on fewer lanes: once no point is left to take
+    # and at most 1/_TAIL_SHARE of the lanes are busy, those few are gathered into
+    # a narrow loop, so one slow or failing point costs steps of a few lanes, not
+    # of all of them, while it finishes alone.
+    tail = max(1, lanes // _TAIL_SHARE)
     lane, next_point = refill(empty, jnp.ones((lanes,), bool), jnp.asarray(0, jnp.int32))
-    _, results, _ = jax.lax.while_loop(
-        lambda carry: jnp.any(carry[0].point < n), body, (lane, results, next_point)
+    def running(lane):
+        return (lane.status == Status.PENDING) & (lane.point < n)
+
+    lane, results, next_point = loop(
+        lane, results, next_point, lambda lane, next_point: (next_point < n) | (jnp.sum(running(lane)) > tail)
     )
+    finished = (lane.status != Status.PENDING) & (lane.point < n)
+    results = write(lane, results, finished)
+    busy = jnp.nonzero(running(lane), size=tail, fill_value=0)[0]
+    narrow = take(lane, busy)
+    still_busy = jnp.arange(tail) < jnp.sum(running(lane))
+    narrow = eqx.tree_at(lambda lane_: lane_.point, narrow, jnp.where(still_busy, narrow.point, n))
+    _, results, _ = loop(narrow, results, next_point, lambda lane, next_point: jnp.any(lane.point < n))
     return jax.tree_util.tree_map(lambda a: a[:n], results)
