@@ -108,6 +108,15 @@ class HybridSystem:
         """Every transition with the index of the mode it leaves, in a fixed order."""
         return tuple((m, tr) for m, mode in enumerate(self.modes) for tr in mode.transitions)
 
+    def targets(self) -> list[Callable]:
+        """Each transition's target as a function of the event state, for lax.switch."""
+        # (A placeholder keeps lax.switch well-formed when nothing can fire.)
+        return [_target_function(tr.target) for _, tr in self.transitions] or [_target_function(None)]
+
+    def resets(self) -> list[Callable]:
+        """Each transition's state map (identity if none), for lax.switch."""
+        return [(tr.reset if tr.reset is not None else _identity) for _, tr in self.transitions] or [_identity]
+
     def _vector_field(self, t, y, args):
         mode, params = args
         return jax.lax.switch(mode, [m.vector_field for m in self.modes], t, y, params)
@@ -224,10 +233,8 @@ class HybridSystem:
         n_state = y0.shape[0]
         n_seg = settings.max_segments
         transitions = self.transitions
-        targets = [_target_function(tr.target) for _, tr in transitions] or [_target_function(None)]
+        targets, resets = self.targets(), self.resets()
         ends_at_horizon = jnp.array([m.ends_at_horizon for m in self.modes])
-        # (A placeholder identity keeps lax.switch well-formed when nothing can fire.)
-        resets = [(tr.reset if tr.reset is not None else _identity) for _, tr in transitions] or [_identity]
         term = diffrax.ODETerm(self._vector_field)
         horizon = jnp.asarray(settings.t_max if t_end is None else t_end, dtype)
         event = self._event() if transitions else None

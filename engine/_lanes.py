@@ -33,7 +33,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._hybrid import _INACTIVE, HybridPoint, HybridSolution, HybridSystem, _crossed, _target_function
+from ._hybrid import _INACTIVE, HybridPoint, HybridSolution, HybridSystem, _crossed
 from ._solver import SolverSettings
 from ._status import Status
 
@@ -122,8 +122,8 @@ class _Machine:
         self.error_order = self.solver.error_order(self.term)
         self.tableau = self.solver.tableau
         self.directions = [tr.direction for _, tr in self.transitions]
-        self.targets = [_target_function(tr.target) for _, tr in self.transitions] or [_target_function(None)]
-        self.resets = [tr.reset or (lambda t, y, a: y) for _, tr in self.transitions] or [lambda t, y, a: y]
+        self.targets = system.targets()
+        self.resets = system.resets()
         self.ends_at_horizon = jnp.array([m.ends_at_horizon for m in system.modes])
 
     def step(self, t0, t1, y0, f0, mode, args):
@@ -349,76 +349,57 @@ def solve_batch(point: HybridPoint, params: dict, settings: SolverSettings, lane
     def take(tree, index):
         return jax.tree_util.tree_map(lambda a: a[index], tree)
 
-    empty = _Lane(
-        point=jnp.full((lanes,), n, jnp.int32),
-        t=jnp.zeros((lanes,), dtype),
-        y=plan.y[:lanes],
-        f=plan.f[:lanes],
-        g=plan.g[:lanes],
-        mode=plan.mode[:lanes],
-        args=take(plan.args, slice(0, lanes)),
-        horizon=plan.horizon[:lanes],
-        h=plan.h[:lanes],
-        control=(jnp.ones((lanes,), dtype), jnp.ones((lanes,), dtype), jnp.zeros((lanes,), bool)),
-        steps=jnp.zeros((lanes,), jnp.int32),
-        segment_steps=jnp.zeros((lanes,), jnp.int32),
-        status=jnp.full((lanes,), Status.PENDING, jnp.int8),
-        events=jnp.zeros((lanes,), jnp.int32),
-        event_t=jnp.full((lanes, n_seg), jnp.nan, dtype),
-        event_y=jnp.full((lanes, n_seg, n_state), jnp.nan, dtype),
-        event_code=jnp.full((lanes, n_seg), -1, jnp.int32),
-        locating=jnp.zeros((lanes,), bool),
-        code=jnp.zeros((lanes,), jnp.int32),
-        span=jnp.zeros((lanes,), dtype),
-        lo=jnp.zeros((lanes,), dtype),
-        hi=jnp.zeros((lanes,), dtype),
-        dt=jnp.zeros((lanes,), dtype),
-        nudge=jnp.zeros((lanes,), dtype),
-        creeping=jnp.zeros((lanes,), bool),
-        tries=jnp.zeros((lanes,), jnp.int32),
-    )
-    fresh = empty  # the per-lane reset values below come from `plan`, the rest from here
+    def started(start: _Plan, point) -> _Lane:
+        """Lanes at the start of the points `point`, from their rows of the plan."""
+        size = point.shape[0]
+
+        def full(value, dtype, *shape):
+            return jnp.full((size, *shape), value, dtype)
+
+        return _Lane(
+            point=point,
+            t=full(0, dtype),
+            y=start.y,
+            f=start.f,
+            g=start.g,
+            mode=start.mode,
+            args=start.args,
+            horizon=start.horizon,
+            h=start.h,
+            control=(full(1, dtype), full(1, dtype), full(False, bool)),
+            steps=full(0, jnp.int32),
+            segment_steps=full(0, jnp.int32),
+            status=full(Status.PENDING, jnp.int8),
+            events=full(0, jnp.int32),
+            event_t=full(jnp.nan, dtype, n_seg),
+            event_y=full(jnp.nan, dtype, n_seg, n_state),
+            event_code=full(-1, jnp.int32, n_seg),
+            locating=full(False, bool),
+            code=full(0, jnp.int32),
+            span=full(0, dtype),
+            lo=full(0, dtype),
+            hi=full(0, dtype),
+            dt=full(0, dtype),
+            nudge=full(0, dtype),
+            creeping=full(False, bool),
+            tries=full(0, jnp.int32),
+        )
+
+    # Before the first refill every lane is idle (point n, "none").
+    empty = started(take(plan, slice(0, lanes)), jnp.full((lanes,), n, jnp.int32))
 
     def refill(lane: _Lane, free, next_point):
         """Free lanes take the next points of the batch, in order."""
         rank = jnp.cumsum(free) - 1
         new = next_point + rank
         takes = free & (new < n)
-        index = jnp.minimum(new, n - 1)
-        start = take(plan, index)
 
         def pick(new_value, old_value):
             mask = takes.reshape(takes.shape + (1,) * (new_value.ndim - 1))
             return jnp.where(mask, new_value, old_value)
 
-        lane = _Lane(
-            point=jnp.where(free, jnp.where(takes, new, n), lane.point),
-            t=pick(jnp.zeros_like(lane.t), lane.t),
-            y=pick(start.y, lane.y),
-            f=pick(start.f, lane.f),
-            g=pick(start.g, lane.g),
-            mode=pick(start.mode, lane.mode),
-            args=jax.tree_util.tree_map(pick, start.args, lane.args),
-            horizon=pick(start.horizon, lane.horizon),
-            h=pick(start.h, lane.h),
-            control=jax.tree_util.tree_map(pick, fresh.control, lane.control),
-            steps=pick(fresh.steps, lane.steps),
-            segment_steps=pick(fresh.segment_steps, lane.segment_steps),
-            status=pick(fresh.status, lane.status),
-            events=pick(fresh.events, lane.events),
-            event_t=pick(fresh.event_t, lane.event_t),
-            event_y=pick(fresh.event_y, lane.event_y),
-            event_code=pick(fresh.event_code, lane.event_code),
-            locating=pick(fresh.locating, lane.locating),
-            code=lane.code,
-            span=lane.span,
-            lo=lane.lo,
-            hi=lane.hi,
-            dt=lane.dt,
-            nudge=lane.nudge,
-            creeping=lane.creeping,
-            tries=lane.tries,
-        )
+        lane = jax.tree_util.tree_map(pick, started(take(plan, jnp.minimum(new, n - 1)), new), lane)
+        lane = eqx.tree_at(lambda lane_: lane_.point, lane, jnp.where(free, jnp.where(takes, new, n), lane.point))
         return lane, next_point + jnp.sum(free)
 
     # One spare row (index n) takes the writes of lanes that finished nothing.
