@@ -117,6 +117,33 @@ class HybridSystem:
         """Each transition's state map (identity if none), for lax.switch."""
         return [(tr.reset if tr.reset is not None else _identity) for _, tr in self.transitions] or [_identity]
 
+    def event_rows(self, max_segments: int) -> int:
+        """Rows of a solution's event log: max_segments, or fewer when the mode
+        graph bounds the events of any solve (every target a fixed mode or the
+        end, no cycle): then its longest path. The log is carried and written at
+        every step of the lanes, so a short one is measurably cheaper."""
+        longest: dict[int, int | None] = {}
+
+        def events_from(mode: int, visiting: frozenset) -> int | None:
+            if mode in visiting:
+                return None  # a cycle: the graph does not bound the events
+            if mode not in longest:
+                counts = []
+                for tr in self.modes[mode].transitions:
+                    if callable(tr.target):
+                        return None  # the next mode depends on the state
+                    after = 0 if tr.target is None else events_from(tr.target, visiting | {mode})
+                    if after is None:
+                        return None
+                    counts.append(1 + after)
+                longest[mode] = max(counts, default=0)
+            return longest[mode]
+
+        bounds = [events_from(m, frozenset()) for m in range(len(self.modes))]
+        if any(b is None for b in bounds):
+            return max_segments
+        return max(1, min(max_segments, max(bounds)))
+
     def _vector_field(self, t, y, args):
         mode, params = args
         return jax.lax.switch(mode, [m.vector_field for m in self.modes], t, y, params)
@@ -232,6 +259,7 @@ class HybridSystem:
         dtype = y0.dtype
         n_state = y0.shape[0]
         n_seg = settings.max_segments
+        rows = self.event_rows(n_seg)
         transitions = self.transitions
         targets, resets = self.targets(), self.resets()
         ends_at_horizon = jnp.array([m.ends_at_horizon for m in self.modes])
@@ -266,7 +294,7 @@ class HybridSystem:
                 code, t_ev, y_ev, located = jnp.asarray(0), t_end, y_end, jnp.asarray(False)
             target = jax.lax.switch(code, targets, t_ev, y_ev, params)
             y_next = jax.lax.switch(code, resets, t_ev, y_ev, params)
-            k = jnp.minimum(c.num_events, n_seg - 1)
+            k = jnp.minimum(c.num_events, rows - 1)
 
             reached_horizon = sol.result == diffrax.RESULTS.successful
             status = jnp.select(
@@ -311,9 +339,9 @@ class HybridSystem:
             status=jnp.int8(Status.PENDING),
             num_steps=jnp.asarray(0, jnp.int32),
             num_events=jnp.asarray(0, jnp.int32),
-            event_t=jnp.full((n_seg,), jnp.nan, dtype),
-            event_y=jnp.full((n_seg, n_state), jnp.nan, dtype),
-            event_code=jnp.full((n_seg,), -1, jnp.int32),
+            event_t=jnp.full((rows,), jnp.nan, dtype),
+            event_y=jnp.full((rows, n_state), jnp.nan, dtype),
+            event_code=jnp.full((rows,), -1, jnp.int32),
         )
         solution, _ = jax.lax.while_loop(lambda carry: ~carry[1], body, (init, jnp.asarray(False)))
         return solution

@@ -244,7 +244,7 @@ class _Machine:
         lost = locating & ~located & (tries >= _LOCATE_TRIES)
 
         # ---- the event: record, then end or go on in the next mode
-        k = jnp.minimum(s.events, settings.max_segments - 1)
+        k = jnp.minimum(s.events, s.event_t.shape[0] - 1)
         code = s.code
         target = jax.lax.switch(code, self.targets, t1, y1, s.args)
         y_next = jax.lax.switch(code, self.resets, t1, y1, s.args)
@@ -344,7 +344,7 @@ def solve_batch(point: HybridPoint, params: dict, settings: SolverSettings, lane
     lanes = min(lanes, n)
     plan = jax.vmap(lambda p: machine.plan(point, p))(params)
     dtype = plan.y.dtype
-    n_seg, n_state = settings.max_segments, plan.y.shape[1]
+    n_seg, n_state = point.system.event_rows(settings.max_segments), plan.y.shape[1]
 
     def take(tree, index):
         return jax.tree_util.tree_map(lambda a: a[index], tree)

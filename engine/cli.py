@@ -140,7 +140,11 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run (or resume) a sweep")
     p.add_argument("config")
     p.add_argument("--out", help="override [run] out")
-    p.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="local: worker processes (default 1, a shard per core on threads); inline: threads (default: cores)",
+    )
     p.add_argument("--scheduler", help="address of an existing dask scheduler")
     p.add_argument("--executor", choices=["local", "inline", "slurm"], help="override [run] executor")
     p.add_argument("--overwrite", action="store_true", help="replace a cube written by another config")

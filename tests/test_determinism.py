@@ -64,14 +64,14 @@ def test_identical_when_run_again(small_sweep, tmp_path):
     assert cubes_identical(*cubes)
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_identical_for_worker_counts(small_sweep, tmp_path, workers):
+@pytest.mark.parametrize("executor, workers", [("inline", 2), ("local", 1), ("local", 2)])
+def test_identical_for_worker_counts(small_sweep, tmp_path, executor, workers):
     path = small_sweep(shard_size=4)
     inline = load_sweep(path, out=str(tmp_path / "inline.zarr"))
-    run(inline, progress=False)
-    local = load_sweep(path, out=str(tmp_path / f"w{workers}.zarr"))
-    run(local, executor="local", workers=workers, progress=False)
-    assert cubes_identical(open_cube(inline.out).load(), open_cube(local.out).load())
+    run(inline, workers=1, progress=False)  # one shard after another
+    other = load_sweep(path, out=str(tmp_path / f"{executor}{workers}.zarr"))
+    run(other, executor=executor, workers=workers, progress=False)
+    assert cubes_identical(open_cube(inline.out).load(), open_cube(other.out).load())
 
 
 def test_existing_scheduler_address(small_sweep, tmp_path):

@@ -52,3 +52,24 @@ def test_mode_without_transitions_ends_at_horizon():
 def test_horizon_without_terminal_event_is_event_not_found():
     sol = BALL.solve(jnp.array([H, 0.0]), 0, {}, SolverSettings(t_max=0.1))  # lands at 0.45 s
     assert sol.status == Status.EVENT_NOT_FOUND
+
+
+def test_event_log_is_as_long_as_the_mode_graph_allows():
+    def stop(name, target):
+        return Transition(name, lambda t, y, p: y[0], target=target)
+
+    chain = HybridSystem(
+        (
+            Mode("a", _fall, (stop("to_b", 1), stop("ends", None))),
+            Mode("b", _fall, (stop("to_c", 2),)),
+            Mode("c", _fall, (stop("ends", None),)),
+        )
+    )
+    assert chain.event_rows(8) == 3  # a -> b -> c -> end
+    assert chain.event_rows(2) == 2  # never longer than max_segments
+    assert BALL.event_rows(8) == 8  # a cycle (bounce back into flight): unbounded
+    chosen = HybridSystem((Mode("a", _fall, (stop("ends", lambda t, y, p: -1),)),))
+    assert chosen.event_rows(5) == 5  # the target depends on the state
+    # The solution's log has that many rows.
+    sol = chain.solve(jnp.array([H, 0.0]), 0, {}, SolverSettings(max_segments=8))
+    assert sol.event_t.shape == (3,) and sol.event_y.shape == (3, 2)
