@@ -57,10 +57,31 @@ def layouts(sweep: Sweep) -> tuple[Layout, Layout | None]:
     return grid, Layout(tuple(sweep.shape[i] for i in keep), tuple(chunks[i] for i in keep))
 
 
-# Points of one compiled call when the sweep does not say: a vmapped point function
-# runs them in lockstep, so batches stay small; a study solved on refilling lanes
-# takes the whole shard in one call (its lanes are a fraction of it, see _evaluate).
+# Points of one compiled call when the sweep does not say: on CPU a vmapped point
+# function runs them in lockstep, so batches stay small; a study solved on
+# refilling lanes takes the whole shard in one call (its lanes are a fraction of
+# it, see _evaluate). An accelerator takes as many as a share of its memory holds.
 DEFAULT_BATCH = 256
+# The share of an accelerator's memory one call's working set may plan on (the
+# rest: the shard's arrays, XLA's buffers, other shards in flight).
+DEVICE_SHARE = 4
+
+
+def accelerator_memory() -> int | None:
+    """Bytes the default JAX device may allocate, for an accelerator that reports
+    it (GPUs do); None on CPU, where the host memory budget applies."""
+    import jax
+
+    device = jax.devices()[0]
+    if device.platform == "cpu":
+        return None
+    return (device.memory_stats() or {}).get("bytes_limit")
+
+
+def _device_lanes() -> int | None:
+    """Lanes (or vmapped points) an accelerator's memory share holds."""
+    memory = accelerator_memory()
+    return None if memory is None else max(1, memory // (DEVICE_SHARE * LANE_BYTES))
 
 
 def batch_size(sweep: Sweep) -> int:
@@ -69,18 +90,24 @@ def batch_size(sweep: Sweep) -> int:
     shard_points = math.prod(layouts(sweep)[0].chunks)
     if sweep.batch_size is not None:
         return min(sweep.batch_size, shard_points)
-    return shard_points if on_lanes(sweep.study) else min(DEFAULT_BATCH, shard_points)
+    if on_lanes(sweep.study):
+        return shard_points
+    device_lanes = _device_lanes()
+    return min(DEFAULT_BATCH if device_lanes is None else device_lanes, shard_points)
 
 
 # Lanes of a study solved on refilling lanes: an eighth of the call's points, so
-# each lane solves several in turn, up to MAX_LANES (past that the lane state
-# outgrows the caches). benchmarks/bench_pingpong.py measures the choice.
+# each lane solves several in turn, up to MAX_LANES on CPU (past that the lane
+# state outgrows the caches; benchmarks/bench_pingpong.py measures the choice) or
+# what an accelerator's memory share holds.
 POINTS_PER_LANE = 8
 MAX_LANES = 8192
 
 
 def default_lanes(batch_size: int) -> int:
-    return max(1, min(MAX_LANES, batch_size // POINTS_PER_LANE))
+    device_lanes = _device_lanes()
+    most = MAX_LANES if device_lanes is None else device_lanes
+    return max(1, min(most, batch_size // POINTS_PER_LANE))
 
 
 def working_bytes(sweep: Sweep) -> int:
@@ -109,7 +136,17 @@ def estimate(sweep: Sweep, workers: int = 1) -> Cost:
 
 
 def check_memory(sweep: Sweep, workers: int = 1) -> Cost:
+    """Refuse a sweep whose shards (`workers` of them at once) would not fit in
+    host memory, or whose compiled calls would not fit in the accelerator's."""
     cost = estimate(sweep, workers)
+    memory = accelerator_memory()
+    if memory is not None and working_bytes(sweep) * workers > memory:
+        raise ConfigError(
+            sweep.file,
+            "run.batch_size",
+            f"a compiled call needs ~{working_bytes(sweep) / 2**30:.1f} GiB of device memory, "
+            f"{workers} at once, but the device has {memory / 2**30:.1f} GiB; lower batch_size",
+        )
     if cost.shard_bytes > cost.memory_budget:
         batch_heavy = sweep.batch_size is not None and working_bytes(sweep) > cost.shard_bytes / 2
         key = "run.batch_size" if batch_heavy else "run.shard_size"

@@ -1,0 +1,53 @@
+"""Batch sizes and lanes follow the device: fixed caps on CPU, memory on an accelerator.
+
+No accelerator is needed: its reported memory is stubbed, the way a GPU reports it.
+"""
+
+import jax
+import pytest
+
+import engine._cost as cost
+from engine import parse_sweep
+from engine._config import ConfigError
+
+
+def sweep(study, points, shard_size, batch_size=None):
+    batch = f"batch_size = {batch_size}\n" if batch_size else ""
+    axis = "spin_ratio" if study == "pingpong" else "v"
+    return parse_sweep(
+        f'study = "{study}"\n[axes]\n{axis} = {{ linspace = [0.5, 3.0, {points}] }}\n'
+        f'[run]\nshard_size = {shard_size}\n{batch}out = "unused.zarr"\n'
+    )
+
+
+@pytest.fixture
+def gpu_16gib(monkeypatch):
+    monkeypatch.setattr(cost, "accelerator_memory", lambda: 16 * 2**30)
+
+
+def test_cpu_uses_the_fixed_caps():
+    if jax.devices()[0].platform != "cpu":
+        pytest.skip("runs on an accelerator")
+    assert cost.accelerator_memory() is None
+    assert cost.batch_size(sweep("bicycle", 10**6, 65536)) == cost.DEFAULT_BATCH
+    assert cost.default_lanes(10**6) == cost.MAX_LANES
+
+
+def test_accelerator_batches_and_lanes_fill_a_share_of_its_memory(gpu_16gib):
+    share = 16 * 2**30 // (cost.DEVICE_SHARE * cost.LANE_BYTES)  # 65,536 lanes
+    # A vmapped study takes whole shards up to the share; never more than a shard.
+    assert cost.batch_size(sweep("bicycle", 10**6, 10**6)) == share
+    assert cost.batch_size(sweep("bicycle", 10**6, 4096)) == 4096
+    # A study on lanes: the whole shard per call, an eighth of it in flight, capped by memory.
+    assert cost.batch_size(sweep("pingpong", 10**6, 10**6)) == 10**6
+    assert cost.default_lanes(400_000) == 400_000 // cost.POINTS_PER_LANE
+    assert cost.default_lanes(10**7) == share
+    # An explicit batch is kept.
+    assert cost.batch_size(sweep("bicycle", 10**6, 10**6, batch_size=1000)) == 1000
+
+
+def test_a_batch_too_large_for_the_device_is_refused_naming_the_key(gpu_16gib):
+    big = sweep("bicycle", 10**6, 10**6, batch_size=10**6)  # 10^6 x 64 KiB = 61 GiB
+    with pytest.raises(ConfigError, match=r"run\.batch_size.*device has 16\.0 GiB; lower batch_size"):
+        cost.check_memory(big)
+    cost.check_memory(sweep("bicycle", 10**6, 10**6, batch_size=10**4))  # 0.6 GiB: fits
