@@ -93,7 +93,9 @@ def batch_size(sweep: Sweep) -> int:
     if on_lanes(sweep.study):
         return shard_points
     device_lanes = _device_lanes()
-    return min(DEFAULT_BATCH if device_lanes is None else device_lanes, shard_points)
+    if device_lanes is None:
+        return min(sweep.study.batch_size or DEFAULT_BATCH, shard_points)
+    return min(device_lanes, shard_points)
 
 
 # Lanes of a study solved on refilling lanes: an eighth of the call's points, so

@@ -130,6 +130,10 @@ class Study:
     # Optional reader of a study-specific parameter file (a sweep's `parameter_file`):
     # path -> {parameter name: value}.
     read_parameter_file: Callable | None = None
+    # Points per compiled call on CPU when a sweep does not say. None: the engine's
+    # small default, right for vmapped solver loops that run in lockstep; a study
+    # without a loop (a closed-form map) gains from wide calls.
+    batch_size: int | None = None
 
     def parameter(self, name: str) -> Parameter:
         return self.parameters_by_name[name]

@@ -29,7 +29,9 @@ def test_cpu_uses_the_fixed_caps():
     if jax.devices()[0].platform != "cpu":
         pytest.skip("runs on an accelerator")
     assert cost.accelerator_memory() is None
-    assert cost.batch_size(sweep("bicycle", 10**6, 65536)) == cost.DEFAULT_BATCH
+    assert cost.batch_size(sweep("bicycle_response", 10**6, 65536)) == cost.DEFAULT_BATCH
+    hinted = sweep("bicycle", 10**6, 65536)  # a study may ask for wider calls
+    assert hinted.study.batch_size and cost.batch_size(hinted) == hinted.study.batch_size
     assert cost.default_lanes(10**6) == cost.MAX_LANES
 
 

@@ -126,6 +126,10 @@ def solve_table1(p, settings):
 _DEMOS = demo_configs(__package__)
 SOURCE = 'Ren, Xu, Tan, "Rebound model between spinning table tennis ball and table/racket"'
 
+# The bounce is a closed-form map: wide calls pay off (4M-point regime map, inline
+# on 2 cores: 1.44M points/s in calls of 65,536 points, 0.79M in calls of 256).
+CLOSED_FORM_BATCH = 65536
+
 REBOUND = Study(
     name="rebound",
     title="spinning ball bouncing on a table or a moving racket (impulse model)",
@@ -145,6 +149,7 @@ REBOUND = Study(
     ),
     outputs=_bounce_outputs(),
     solve_point=solve_rebound,
+    batch_size=CLOSED_FORM_BATCH,
 )
 
 REGIME = Study(
@@ -169,6 +174,7 @@ REGIME = Study(
     solve_point=solve_regime,
     figures=regime_figures,
     demo_configs={"rebound_regime": _DEMOS["rebound_regime"]},
+    batch_size=CLOSED_FORM_BATCH,
 )
 
 TABLE1 = Study(
