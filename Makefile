@@ -23,9 +23,9 @@ test: $(BIN)/rollsweep  ## the default test run (fast tests; slow and slurm test
 test-all: $(BIN)/rollsweep  ## every test, slow ones included
 	$(BIN)/python -m pytest -p no:cacheprovider -m ""
 
-bench: $(BIN)/rollsweep  ## speed against the baselines a user would write, measured in one run
+bench: $(BIN)/rollsweep  ## every study against the baselines a user would write, one run each (run_all.py --quick: smoke test)
 	$(BIN)/python -m pip install -q -e ".[bench]"
-	$(BIN)/python benchmarks/bench_pingpong.py
+	$(BIN)/python benchmarks/run_all.py
 
 clean:
 	rm -rf $(VENV) demo results

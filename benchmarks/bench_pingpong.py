@@ -9,41 +9,25 @@ benchmarks/bench_pingpong.py --points N). Times are the best of a few runs.
 """
 
 import argparse
-import os
 import pathlib
 import sys
 import tempfile
 import time
 
 import numpy as np
+from _common import add_tests_to_path, best_of, engine_end_to_end, machine, numba, print_table, scaling_line
 
-try:
-    import numba
-except ImportError:  # the bench extra is not installed
-    numba = None
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
-from engine._jax_setup import configure  # noqa: E402
-
-import pingpong_closed_form as cf  # noqa: E402
-
-configure()
+add_tests_to_path()
 import diffrax  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import optimistix as optx  # noqa: E402
 
+import pingpong_closed_form as cf  # noqa: E402
+
 RTOL, ATOL = 1e-10, 1e-12
 P = dict(cf.DEFAULTS)
 G, R, MU, DELTA, BETA, V0 = P["gravity"], P["radius"], P["friction"], P["rolling_resistance"], P["drag"], 1.0
-
-
-def timed(fn, *args, repeat=1):
-    fn(*args)  # warm-up: compile
-    start = time.perf_counter()
-    for _ in range(repeat):
-        out = fn(*args)
-    return out, (time.perf_counter() - start) / repeat
 
 
 # ---------------------------------------------------------------- scipy loop
@@ -203,17 +187,6 @@ def numba_sweep():
     return lambda qs: pingpong_numba.sweep(qs, BETA, MU, G, R, DELTA, RTOL, ATOL)
 
 
-def best_of(fn, repeat=3):
-    """Result and the best wall time of `repeat` calls after a warm-up (the machine is shared)."""
-    out = fn()
-    best = np.inf
-    for _ in range(repeat):
-        start = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - start)
-    return out, best
-
-
 def sweep_text(points, out, shard_size):
     return f"""study = "pingpong"
 [axes]
@@ -232,7 +205,10 @@ def main():
     parser.add_argument("--points", type=int, default=200_000)
     parser.add_argument("--scipy-points", type=int, default=200)
     parser.add_argument("--shard-size", type=int, default=65536)
+    parser.add_argument("--quick", action="store_true", help="20,000 points, a smoke test")
     args = parser.parse_args()
+    if args.quick:
+        args.points, args.scipy_points, args.shard_size = 20_000, 20, 8192
     qs = np.linspace(0.2, 3.0, args.points)
     exact = np.array([cf.final_displacement(P, spin_ratio=q) for q in qs])
     rows = []
@@ -240,27 +216,27 @@ def main():
     def record(name, seconds, n, values, idx=slice(None)):
         rows.append((name, n / seconds, float(np.nanmax(np.abs(np.asarray(values) - exact[idx])))))
 
-    from engine import SolverSettings, open_cube, parse_sweep, run
+    from engine import SolverSettings
     from engine._evaluate import evaluate
     from studies.pingpong import STUDY
 
-    # ---- the engine, end to end through `rollsweep run` (compile cache warm: a
-    # first untimed run fills it), inline and on the local dask cluster
-    workers_curve = []
-    with tempfile.TemporaryDirectory() as tmp:
-        configs = [("inline", None), ("local", 1), ("local", 2)]
-        for k, (executor, workers) in enumerate(configs):
-            def once(tag, k=k, executor=executor, workers=workers):
-                sweep = parse_sweep(sweep_text(args.points, f"{tmp}/{k}{tag}.zarr", args.shard_size))
-                report = run(sweep, executor=executor, workers=workers, progress=False)
-                return sweep, report
+    def text(out, shard_size=args.shard_size):
+        return sweep_text(args.points, out, shard_size)
 
-            once("warm")
-            best = min((once(f"r{r}") for r in range(2)), key=lambda sr: sr[1].seconds)
-            x = open_cube(best[0].out)["final_displacement"].values
-            label = "inline" if executor == "inline" else f"local cluster, {workers} worker{'s' * (workers > 1)}"
-            record(f"engine: rollsweep run ({label})", best[1].seconds, args.points, x)
-            workers_curve.append((label, args.points / best[1].seconds))
+    # ---- the engine, end to end through `rollsweep run` (a first untimed run
+    # fills the compile cache): inline threads and local dask cluster processes
+    executors = [("inline", 2, "inline, 2 threads (default)"), ("inline", 1, "inline, 1 thread"),
+                 ("local", 1, "local cluster, 1 process x 2 threads (default)"),
+                 ("local", 2, "local cluster, 2 processes x 1 thread")]
+    workers_curve = []
+    for executor, workers, label in executors:
+        values, seconds, _ = engine_end_to_end(text, ["final_displacement"], executor=executor, workers=workers)
+        record(f"engine: rollsweep run, {label}", seconds, args.points, values["final_displacement"])
+        workers_curve.append((label, args.points / seconds))
+    shard_curve = []
+    for shard_size in sorted({args.shard_size // 8, args.shard_size // 2, args.shard_size * 2}):
+        _, seconds, _ = engine_end_to_end(lambda out, k=shard_size: text(out, k), [], repeat=1)
+        shard_curve.append((shard_size, args.points / seconds))
 
     # ---- the engine's compiled calls alone, and how they scale with lanes
     columns = {k: np.full(qs.size, v) for k, v in P.items()} | {"spin_ratio": qs}
@@ -271,7 +247,7 @@ def main():
         _, seconds = best_of(lambda n=lanes: evaluate(STUDY, settings, columns, batch, lanes=n))
         lanes_curve.append((lanes, args.points / seconds))
     result, seconds = best_of(lambda: evaluate(STUDY, settings, columns, batch))
-    record(f"engine: compiled calls only ({batch} points, lanes)", seconds, args.points,
+    record(f"engine: compiled calls only, one thread ({batch:,} points, lanes)", seconds, args.points,
            result.outputs["final_displacement"])
     vmap_curve = []
     for size in (256, 4096):
@@ -323,16 +299,18 @@ def main():
         x, seconds = best_of(lambda: numba_fn(qs))
         record(f"numba hand-written Dormand-Prince, {numba.get_num_threads()} threads", seconds, args.points, x)
 
-    engine_rate = max(r[1] for r in rows if r[0].startswith("engine: rollsweep run"))
-    print(f"\nrolling-ball sweep, {args.points:,} points (scipy: {len(sub)}), rtol {RTOL}, atol {ATOL}, float64;"
-          f" {os.cpu_count()} cores, {jax.devices()[0].platform}")
-    print(f"{'method':<60} {'points/s':>12} {'vs engine':>10} {'max |x - closed form|':>22}")
-    for name, rate, err in rows:
-        print(f"{name:<60} {rate:>12,.0f} {rate / engine_rate:>10.2f} {err:>22.1e}")
-    print("\n'vs engine': against the fastest `rollsweep run` row.")
-    print("end to end by executor: " + ", ".join(f"{label}: {r:,.0f}" for label, r in workers_curve))
-    print(f"compiled calls of {batch} points by lanes: " + ", ".join(f"{n}: {r:,.0f}" for n, r in lanes_curve))
-    print("vmap of the point solve by batch size: " + ", ".join(f"{n}: {r:,.0f}" for n, r in vmap_curve))
+    engine_row = rows[0][0]
+    print_table(
+        f"rolling-ball sweep, {args.points:,} points (scipy: {len(sub)}), rtol {RTOL}, atol {ATOL}, float64; "
+        f"{machine()}",
+        rows,
+        engine_row,
+        ("max |x - closed form|",),
+    )
+    print("end to end by executor (points/s): " + ", ".join(f"{label}: {r:,.0f}" for label, r in workers_curve))
+    print(scaling_line(f"end to end by shard size ({executors[0][2]})", shard_curve))
+    print(scaling_line(f"compiled calls of {batch:,} points by lanes", lanes_curve))
+    print(scaling_line("vmap of the point solve by batch size", vmap_curve))
     print("one never-finishing point in a batch of 4096, time against a clean batch: "
           + ", ".join(f"{label}: {r:.2f}x" for label, r in stall.items()))
 

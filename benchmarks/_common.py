@@ -1,0 +1,163 @@
+"""Shared helpers of the benchmarks: timing, the engine end to end, the printed table.
+
+Every benchmark measures the engine and the ways a user might do the same sweep
+in one run, on the same machine, and prints one table: method | points/s |
+ratio to the engine end to end | errors against a reference. Times are the best
+of a few calls after an untimed warm-up call (compilation, caches), since the
+machine may be shared.
+"""
+
+import math
+import os
+import pathlib
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from engine._jax_setup import configure
+
+configure()  # float64 and the compile cache, as in every solving process
+
+import jax  # noqa: E402
+
+TESTS = pathlib.Path(__file__).resolve().parent.parent / "tests"
+
+try:
+    import numba
+except ImportError:  # the bench extra is not installed
+    numba = None
+
+
+def add_tests_to_path():
+    """The reference values live in tests/ (closed forms, published tables)."""
+    if str(TESTS) not in sys.path:
+        sys.path.insert(0, str(TESTS))
+
+
+def best_of(fn, repeat=3, warmup=True):
+    """Result and the best wall time of `repeat` calls of fn().
+
+    warmup: True calls fn() once, untimed, first (compilation); a callable is
+    called instead (e.g. the same function on a few points when one call is
+    long); False times the first call as well.
+    """
+    out = None
+    if warmup is True:
+        out = fn()
+    elif callable(warmup):
+        warmup()
+    best = math.inf
+    for _ in range(max(1, repeat)):
+        start = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - start)
+    return out, best
+
+
+def toml_value(value) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    return repr(float(value))
+
+
+def sweep_text(study, axes, *, out, outputs=None, parameters=None, solver=None, run=None) -> str:
+    """A sweep file. axes: name -> {"linspace": [start, stop, count]} or {"values": [...]};
+    parameters, solver, run: the [parameters], [solver] and [run] tables (out is added to [run])."""
+    lines = [f"study = {toml_value(study)}"]
+    if outputs is not None:
+        lines.append(f"outputs = {toml_value(list(outputs))}")
+    for table, entries in (("parameters", parameters), ("axes", axes), ("solver", solver),
+                           ("run", dict(run or {}) | {"out": str(out)})):
+        if entries:
+            lines.append(f"[{table}]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in entries.items()]
+    return "\n".join(lines) + "\n"
+
+
+def engine_end_to_end(make_text, variables, repeat=2, warmup=True, executor="inline", workers=None):
+    """`rollsweep run` of the sweep `make_text(out)` into a temporary zarr store.
+
+    Returns ({variable: values of the cube}, seconds of the fastest of `repeat`
+    runs, the report of that run). warmup: an untimed first run (fills the
+    compile cache); a callable: make_text for a smaller sweep with the same
+    compiled batch, run untimed instead.
+    """
+    from engine import open_cube, parse_sweep, run
+
+    with tempfile.TemporaryDirectory(prefix="rollsweep_bench_") as tmp:
+        def once(tag, text_for=make_text):
+            sweep = parse_sweep(text_for(f"{tmp}/{tag}.zarr"))
+            return sweep, run(sweep, executor=executor, workers=workers, progress=False)
+
+        if warmup is True:
+            once("warm")
+        elif callable(warmup):
+            once("warm", warmup)
+        sweep, report = min((once(f"run{k}") for k in range(max(1, repeat))), key=lambda sr: sr[1].seconds)
+        cube = open_cube(sweep.out)
+        values = {name: cube[name].values for name in variables}
+    if report.failed_shards:
+        print(f"note: {report.failed_shards} shards of the engine run raised (see the store's failure records)")
+    return values, report.seconds, report
+
+
+def in_study_order(study, names) -> tuple[str, ...]:
+    """Outputs as a sweep file's `outputs` selects them (the study's order): the same
+    compiled program as the engine's run, not a second compilation."""
+    return tuple(o.name for o in study.outputs if o.name in names)
+
+
+def machine() -> str:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = f", numba {numba.get_num_threads()} threads" if numba is not None else ", numba not installed"
+    return f"{cores} cores, jax {jax.__version__} on {jax.devices()[0].platform}{threads}"
+
+
+def _cell(value, width) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return f"{'-':>{width}}"
+    if isinstance(value, str):
+        return f"{value:>{width}}"
+    if isinstance(value, (int, np.integer)):
+        return f"{int(value):>{width},}"
+    return f"{value:>{width}.1e}"
+
+
+def print_table(title, rows, reference_row_name, error_headers=("max error vs reference",)):
+    """rows: (method, points per second, error, ...) with one error per header
+    (None or NaN prints '-'; an int prints as a count). The ratio column divides
+    each rate by the rate of the row named `reference_row_name`."""
+    reference = next((r[1] for r in rows if r[0] == reference_row_name), math.nan)
+    width = max([len("method")] + [len(r[0]) for r in rows])
+    widths = [max(12, len(h)) for h in error_headers]
+    print(f"\n{title}")
+    print(f"{'method':<{width}} {'points/s':>12} {'vs engine':>10} "
+          + " ".join(f"{h:>{w}}" for h, w in zip(error_headers, widths, strict=True)))
+    for name, rate, *errors in rows:
+        errors = list(errors) + [None] * (len(error_headers) - len(errors))
+        print(f"{name:<{width}} {rate:>12,.1f} {rate / reference:>10.3g} "
+              + " ".join(_cell(e, w) for e, w in zip(errors, widths, strict=True)))
+    print(f"'vs engine': points/s against the row '{reference_row_name}'.")
+
+
+def scaling_line(label, pairs, unit="points/s") -> str:
+    """'label: size: rate, size: rate, ...' for the engine's scaling over a setting."""
+    return f"{label} ({unit}): " + ", ".join(f"{size:,}: {rate:,.0f}" for size, rate in pairs)
+
+
+def pad_to_batch(columns, batch):
+    """Columns padded (with copies of the first point) to a multiple of batch, and
+    the true length: one compiled shape for every call of a baseline."""
+    n = len(next(iter(columns.values())))
+    extra = (-n) % batch
+    return {k: np.concatenate([v, np.full(extra, v[0])]) for k, v in columns.items()}, n
