@@ -183,3 +183,43 @@ def test_outgoing_angle_is_measured_relative_to_a_moving_racket():
     assert np.all(result.status == Status.SUCCESS)
     for name in ("out_angle", "incidence_angle", "regime"):
         np.testing.assert_allclose(result.outputs[name][1], result.outputs[name][0], rtol=1e-12, err_msg=name)
+
+
+def _decimal_sin_cos(x: float):
+    """sin and cos of the float x to 50 digits (Taylor series; |x| < 2 here)."""
+    from decimal import Decimal
+
+    x = Decimal(x)
+    sin, cos, term, k = Decimal(0), Decimal(0), Decimal(1), 0
+    while abs(term) > Decimal(10) ** -60:
+        if k % 2 == 0:
+            cos += term if k % 4 == 0 else -term
+        else:
+            sin += term if k % 4 == 1 else -term
+        k += 1
+        term = term * x / k
+    return sin, cos
+
+
+def test_regime_axes_are_exact_near_rolling_contact():
+    """Spin ratio s -> 1 with the slip along +x: the ball nearly rolls along the
+    table and vz -> 0. vz must still be right to rounding, against the defining
+    formula vz = -S cos(a) (sqrt(1 - s^2 cos^2 a) - s sin a) evaluated in 50-digit
+    decimals (in float64 it cancels: ~1e-9 relative at s = 1 - 1e-7); at s = 1
+    exactly there is no bounce for any angle (vz = 0, not +-1e-17 noise)."""
+    from decimal import Decimal, getcontext
+
+    from studies.rebound._study import _incoming
+
+    getcontext().prec = 50
+    alpha = np.radians(np.linspace(0.5, 89.5, 179))
+    for s in (1 - 1e-7, 1 - 1e-10):
+        v, w, exists = jax.vmap(lambda a, s=s: _incoming(3.8, a, s, 0.02))(jnp.asarray(alpha))
+        assert np.all(exists)
+        exact = []
+        for a in alpha:
+            sin, cos = _decimal_sin_cos(a)
+            exact.append(-Decimal(3.8) * cos * ((1 - Decimal(s) ** 2 * cos**2).sqrt() - Decimal(s) * sin))
+        np.testing.assert_allclose(np.asarray(v)[:, 2], np.array(exact, dtype=float), rtol=1e-13)
+    v, w, exists = jax.vmap(lambda a: _incoming(3.8, a, 1.0, 0.02))(jnp.asarray(alpha))
+    assert not np.any(exists) and np.all(np.asarray(v)[:, 2] == 0.0)

@@ -83,8 +83,13 @@ def _incoming(speed, alpha, s, r):
     sin, cos = jnp.sin(alpha), jnp.cos(alpha)
     root = 1 - s**2 * cos**2
     sqrt = jnp.sqrt(jnp.maximum(root, 0.0))
-    u = speed * (sin * sqrt - s * sin**2)
-    vz = -speed * (cos * sqrt - s * sin * cos)
+    # u = S sin d and vz = -S cos d with d = sqrt - s sin. For s sin > 0, d cancels
+    # as s -> 1 (the ball rolls along the table, vz = 0): there it is computed as
+    # (1 - s)(1 + s) / (sqrt + s sin), exact to rounding, and exactly 0 at s = 1.
+    ahead = s * sin > 0
+    d = jnp.where(ahead, (1 - s) * (1 + s) / jnp.where(ahead, sqrt + s * sin, 1.0), sqrt - s * sin)
+    u = speed * sin * d
+    vz = -speed * cos * d
     exists = (root >= 0) & (u >= 0) & (vz < 0)
     zero = jnp.zeros_like(speed)
     v = jnp.stack([u + s * speed, zero, vz])
