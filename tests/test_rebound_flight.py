@@ -8,7 +8,7 @@ from engine._evaluate import evaluate
 from studies.rebound import LANDING
 from studies.rebound._bounce import table_bounce
 from studies.rebound._fit import learned_coefficients
-from studies.rebound._flight import IN, NET_FAULT, NET_HEIGHT
+from studies.rebound._flight import DOUBLE_BOUNCE, IN, NET_FAULT, NET_HEIGHT
 
 SETTINGS = SolverSettings(rtol=1e-12, atol=1e-14, t_max=3.0, max_segments=8)
 G, R = 9.81, 0.02
@@ -66,3 +66,20 @@ def test_low_ball_is_a_net_fault_and_topspin_dips():
     # Magnus lift of topspin pulls the ball down: clear without spin, into the net with it.
     assert flat["outcome"] == IN and flat["net_clearance"] > 0
     assert top["outcome"] == NET_FAULT and top["net_clearance"] < 0 and top["flight_time"] < flat["flight_time"]
+
+
+def test_second_contact_on_the_near_half_ends_the_flight_as_a_fault():
+    """A slow serve bounces twice before the net: the flight ends at the second
+    contact (outcome 4), where the parabola after the first bounce lands."""
+    launch = dict(x0=-0.2, y0=0.0, z0=0.3, launch_speed=2.0, elevation=-10.0, azimuth=0.0, topspin=0.0,
+                  sidespin=0.0, drag_coefficient=0.0, magnus_coefficient=0.0)
+    out, status = run(**launch)
+    assert status == Status.SUCCESS and out["outcome"] == DOUBLE_BOUNCE and out["lands_in"] == 0
+
+    v0 = 2.0 * np.array([np.cos(np.radians(-10.0)), 0.0, np.sin(np.radians(-10.0))])
+    t1, p1, v1 = impact(np.array([-0.2, 0.0, 0.3]), v0)
+    v_out, _, _ = table_bounce(jnp.asarray(v1), jnp.zeros(3), 0.8788, 0.1049, R, 0, jnp.asarray(learned_coefficients()))
+    t2, p2, _ = impact(p1, np.asarray(v_out))
+    assert 0 < p1[0] < p2[0] < 1.37  # both contacts before the net
+    assert abs(out["bounce_x"] - p1[0]) < 1e-9 and abs(out["landing_x"] - p2[0]) < 1e-9
+    assert abs(out["flight_time"] - (t1 + t2)) < 1e-9

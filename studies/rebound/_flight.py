@@ -3,15 +3,16 @@
 Point ball with gravity, quadratic drag and Magnus lift (the project's
 specification, "Flight"): a = -g ez - kD |v| v + kM (w x v), with
 kD = rho CD pi r^2 / (2 m), kM = rho CM pi r^3 / (2 m); spin is constant in
-flight and changes only at bounces. State (x, y, z, vx, vy, vz, wx, wy, wz).
+flight and changes only at bounces. State (x, y, z, vx, vy, vz, wx, wy, wz, n),
+n the bounces so far on the near half (constant in flight).
 
 Table top at z = 0 from x = 0 to 2.74 m, |y| <= 0.7625 m; net plane x = 1.37 m,
 0.1525 m high. The ball is launched from the near half (x < 1.37) towards +x.
 Events:
-- the centre reaches z = r falling: on the near half inside the table it
-  bounces (the rebound model) and flies on; anywhere else the flight ends there
-  (on the far half inside the table: in; outside the table: out; a second
-  bounce on the near half: a fault);
+- the centre reaches z = r falling: on the near half inside the table, the
+  first time, it bounces (the rebound model) and flies on; anywhere else the
+  flight ends there (on the far half inside the table: in; outside the table:
+  out; a second contact on the near half: a fault);
 - the centre crosses the net plane lower than the net top plus r: net fault.
 """
 
@@ -41,7 +42,7 @@ def _fly(t, y, p):
     k_drag, k_magnus = _coefficients(p)
     a = -k_drag * jnp.linalg.norm(v) * v + k_magnus * jnp.cross(w, v)
     a = a.at[2].add(-p["gravity"])
-    return jnp.concatenate([v, a, jnp.zeros(3, y.dtype)])
+    return jnp.concatenate([v, a, jnp.zeros(4, y.dtype)])
 
 
 def _inside(y):
@@ -49,13 +50,14 @@ def _inside(y):
 
 
 def _own_half_bounce(y):
-    return _inside(y) & (y[0] < NET_X)
+    """The serve's one bounce on the near half (a second one ends the flight)."""
+    return _inside(y) & (y[0] < NET_X) & (y[9] == 0)
 
 
 def _bounce(t, y, p):
     v, w, _ = table_bounce(y[3:6], y[6:9], p["restitution"], p["friction"], p["radius"], p["model"],
                            jnp.asarray(learned_coefficients(), y.dtype))
-    return jnp.concatenate([y[:3], v, w])
+    return jnp.concatenate([y[:3], v, w, y[9:] + 1])
 
 
 SYSTEM = HybridSystem((
@@ -76,7 +78,7 @@ def launch_state(p):
                            jnp.sin(elevation)])
     # Topspin for travel along +x is +wy (the bottom of the ball moves backward).
     w = jnp.stack([jnp.zeros_like(speed), p["topspin"], p["sidespin"]])
-    return jnp.concatenate([jnp.stack([p["x0"], p["y0"], p["z0"]]), v, w])
+    return jnp.concatenate([jnp.stack([p["x0"], p["y0"], p["z0"]]), v, w, jnp.zeros_like(speed)[None]])
 
 
 def solve_landing(p, settings):
@@ -115,7 +117,7 @@ LANDING = Study(
     name="rebound_landing",
     title="where a served or returned ball lands: flight with drag and Magnus lift, bounces by the rebound model",
     source='Ren, Xu, Tan, "Rebound model ..." (bounce); flight model of the project\'s specification',
-    version="1",
+    version="2",
     parameters=(
         Parameter("x0", "m", -0.2, Interval(-5.0, NET_X, upper_open=True), "launch position x (table from 0 to 2.74)"),
         Parameter("y0", "m", 0.0, Interval(-3.0, 3.0), "launch position y"),
