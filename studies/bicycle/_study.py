@@ -63,7 +63,4 @@ STUDY = Study(
     demo_configs=demo_configs(__package__),
     constraints=CONSTRAINTS,
     read_parameter_file=load_design,
-    # Fixed-count root iterations, no lockstep waste: 200k speeds, all outputs,
-    # inline on 2 cores: 2,037 points/s in calls of 4,096 points, 1,622 in calls of 256.
-    batch_size=4096,
 )
