@@ -7,6 +7,7 @@ done marker in `_rollsweep/done/`: a store killed at any moment loses at most th
 shards in flight.
 """
 
+import asyncio
 import contextlib
 import fcntl
 import json
@@ -21,6 +22,8 @@ import dask.array as da
 import numpy as np
 import xarray as xr
 import zarr
+import zarr.api.asynchronous
+from zarr.core.sync import sync
 
 from ._config import Sweep
 from ._cost import layouts
@@ -218,13 +221,24 @@ def read_attrs(path) -> dict:
 
 
 def write_region(path, region: tuple[slice, ...], values: dict) -> None:
-    """Write one shard's arrays (name -> array shaped like the region)."""
+    """Write one shard's arrays (name -> array shaped like the region).
+
+    All arrays at once on zarr's event loop: written one after another, each
+    write waits for its own round trip (1.8 ms per array on a 2-core machine,
+    most of a cheap study's shard time)."""
+
+    async def write_all():
+        group = await zarr.api.asynchronous.open_group(path, mode="r+")
+
+        async def write(name, array):
+            target = await group.getitem(name)
+            extra = (slice(None),) * (target.ndim - len(region))
+            await target.setitem(region + extra, array)
+
+        await asyncio.gather(*(write(name, array) for name, array in values.items()))
+
     with _quiet_zarr():
-        group = zarr.open_group(path, mode="r+")
-    for name, array in values.items():
-        target = group[name]
-        extra = (slice(None),) * (target.ndim - len(region))
-        target[region + extra] = array
+        sync(write_all())
 
 
 def marker_path(path, kind: str, shard: int) -> pathlib.Path:
