@@ -29,7 +29,7 @@ def test_cpu_uses_the_fixed_caps():
     if jax.devices()[0].platform != "cpu":
         pytest.skip("runs on an accelerator")
     assert cost.accelerator_memory() is None
-    assert cost.batch_size(sweep("bicycle", 10**6, 65536)) == cost.DEFAULT_BATCH
+    assert cost.batch_size(sweep("bicycle_response", 10**6, 65536)) == cost.DEFAULT_BATCH
     hinted = parse_sweep(  # a study may ask for wider calls
         'study = "rebound_regime"\n[axes]\nspin_ratio = { linspace = [0, 1, 1000000] }\n'
         '[run]\nshard_size = 1000000\nout = "unused.zarr"\n'

@@ -21,6 +21,7 @@ from ._canonical import coefficients_from
 MODES = ("weave", "weave_conjugate", "capsize", "caster")
 CONTINUATION_STEPS = 128  # from v = 0 to v; roots move < 3% of their separation per step
 COLD_ITERATIONS = 60  # at most, from the enclosing circle; a quartic needs ~15-30
+WARM_NUDGE = 1e-2  # relative offset of a continuation step's starting values
 _PERMUTATIONS = jnp.array(list(itertools.permutations(range(4))))
 
 
@@ -81,28 +82,38 @@ def tracked_eigenvalues(matrices, g, v):
     labelled = start[jnp.argsort(-start.real)]  # weave +, weave +, capsize -, caster -
 
     def step(z, k):
-        # Each step solves from scratch and only *matches* to the previous step:
-        # warm-started iterates near the double root (where p' -> 0) can be flung
-        # onto another branch, a cold start always converges.
+        # Each step starts from the previous step's roots, nudged off the real axis
+        # (real iterates of a real polynomial stay real, and a real pair must be
+        # able to become complex), and only *matches* the converged roots to the
+        # previous ones: an iterate flung onto another branch near the double root
+        # (where p' -> 0) changes which iterate holds a root, not the labels.
         speed = v * k / CONTINUATION_STEPS
-        return _match(z, cold_roots(coefficients_from(matrices, g, speed).astype(complex))), None
+        start = z + WARM_NUDGE * (1.0 + jnp.abs(z)) * jnp.exp(1j * (2 * jnp.pi * jnp.arange(4) / 4 + 0.4))
+        roots = aberth(coefficients_from(matrices, g, speed).astype(complex), start, COLD_ITERATIONS)
+        return _match(z, roots), None
 
     z, _ = jax.lax.scan(step, labelled, jnp.arange(1, CONTINUATION_STEPS + 1))
     return _canonical_pair(z)
 
 
 def _canonical_pair(z):
-    """Weave entries: for a complex pair, positive imaginary part first and exactly
-    conjugate; for two real roots, the larger first, imaginary rounding dropped."""
+    """Weave entries: for a conjugate pair, positive imaginary part first and
+    exactly conjugate; for two real roots, the larger first, imaginary rounding
+    dropped. The weave labels follow the two branches that are positive and real
+    at v = 0; in the benchmark (and designs like it) they merge into the weave
+    pair. In a design where one of them pairs with another branch instead, the
+    entries stay as tracked: each is a root, never an average of two."""
     a, b = z[0], z[1]
-    complex_pair = jnp.abs(a.imag - b.imag) > 2e-9 * (1.0 + jnp.abs(a) + jnp.abs(b))
-    swap = jnp.where(complex_pair, b.imag > a.imag, b.real > a.real)
+    scale = 1.0 + jnp.abs(a) + jnp.abs(b)
+    real_pair = (jnp.abs(a.imag) <= 1e-9 * scale) & (jnp.abs(b.imag) <= 1e-9 * scale)
+    conjugate_pair = ~real_pair & (jnp.abs(a - jnp.conj(b)) <= 1e-6 * scale)
+    swap = jnp.where(conjugate_pair, b.imag > a.imag, real_pair & (b.real > a.real))
     a, b = jnp.where(swap, b, a), jnp.where(swap, a, b)
     mean = (a + jnp.conj(b)) / 2
-    a = jnp.where(complex_pair, mean, a.real)
-    b = jnp.where(complex_pair, jnp.conj(mean), b.real)
-    # Capsize and caster are real for every design seen; keep whatever they are,
-    # less the imaginary rounding residue a converged real root keeps (~1e-55).
+    a = jnp.select([conjugate_pair, real_pair], [mean, a.real + 0j], a)
+    b = jnp.select([conjugate_pair, real_pair], [jnp.conj(mean), b.real + 0j], b)
+    # Capsize and caster: as tracked, less the imaginary rounding residue a
+    # converged real root keeps (~1e-55).
     others = z[2:]
     eps = jnp.finfo(others.real.dtype).eps
     others = jnp.where(jnp.abs(others.imag) <= 8 * eps * jnp.abs(others), others.real + 0j, others)
