@@ -83,10 +83,11 @@ def test_a_second_run_on_the_same_store_is_refused(small_sweep, tmp_path):
     import sys
     import time
 
-    path = small_sweep(axes='spin_ratio = { linspace = [0.0, 3.0, 401] }', shard_size=1)  # ~15 s
+    path = small_sweep(axes='spin_ratio = { linspace = [0.0, 3.0, 801] }', shard_size=1)
     sweep = load_sweep(path)
     cmd = [sys.executable, "-m", "engine.cli", "run", str(path), "--quiet"]
-    first = subprocess.Popen(cmd)
+    # One shard at a time (~15 s): still running when the second process is up.
+    first = subprocess.Popen(cmd + ["--workers", "1"])
     deadline = time.time() + 120
     while not done_shards(sweep.out, "grid") and time.time() < deadline:
         time.sleep(0.05)
