@@ -204,7 +204,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--points", type=int, default=200_000)
     parser.add_argument("--scipy-points", type=int, default=200)
-    parser.add_argument("--shard-size", type=int, default=16384)
+    parser.add_argument("--shard-size", type=int, default=8192)
     parser.add_argument("--quick", action="store_true", help="20,000 points, a smoke test")
     args = parser.parse_args()
     if args.quick:
@@ -234,7 +234,7 @@ def main():
         record(f"engine: rollsweep run, {label}", seconds, args.points, values["final_displacement"])
         workers_curve.append((label, args.points / seconds))
     shard_curve = []
-    for shard_size in sorted({args.shard_size // 4, args.shard_size // 2, args.shard_size * 4}):
+    for shard_size in sorted({args.shard_size // 2, args.shard_size * 2, args.shard_size * 8}):
         _, seconds, _ = engine_end_to_end(lambda out, k=shard_size: text(out, k), [], repeat=1)
         shard_curve.append((shard_size, args.points / seconds))
 
