@@ -8,7 +8,6 @@ machine may be shared.
 """
 
 import math
-import os
 import pathlib
 import sys
 import tempfile
@@ -118,9 +117,10 @@ def in_study_order(study, names) -> tuple[str, ...]:
 
 
 def machine() -> str:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    from engine._execute import cores
+
     threads = f", numba {numba.get_num_threads()} threads" if numba is not None else ", numba not installed"
-    return f"{cores} cores, jax {jax.__version__} on {jax.devices()[0].platform}{threads}"
+    return f"{cores()} cores, jax {jax.__version__} on {jax.devices()[0].platform}{threads}"
 
 
 def _cell(value, width) -> str:
