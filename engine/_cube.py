@@ -241,6 +241,11 @@ def write_region(path, region: tuple[slice, ...], values: dict) -> None:
         sync(write_all())
 
 
+def slurm_folder(path) -> pathlib.Path:
+    """Where a store keeps its SLURM job scripts, shares and job logs."""
+    return pathlib.Path(path) / MARKERS / "slurm"
+
+
 def marker_path(path, kind: str, shard: int) -> pathlib.Path:
     return pathlib.Path(path) / MARKERS / kind / f"{shard:08d}.json"
 

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from ._config import Sweep, parse_sweep
 from ._cost import check_memory, layouts
-from ._cube import CRITICAL, GRID, done_shards, locked, prepare
+from ._cube import CRITICAL, GRID, done_shards, locked, prepare, slurm_folder
 from ._jax_setup import SINGLE_THREAD_XLA, configure
 from ._shard import RUNNERS, record_failure, run_or_record
 
@@ -84,9 +84,9 @@ def solve_shard(text: str, file: str, out: str, kind: str, shard: int) -> dict:
 
 
 @contextlib.contextmanager
-def dask_client(scheduler: str | None, workers: int, slurm=None):
-    """A client of an existing scheduler, of SLURM worker jobs (`slurm`: Resources),
-    or of an embedded local cluster."""
+def dask_client(scheduler: str | None, workers: int, slurm=None, store=None):
+    """A client of an existing scheduler, of SLURM worker jobs (`slurm`: Resources;
+    their logs go to the store's SLURM folder), or of an embedded local cluster."""
     from distributed import Client, LocalCluster
 
     if scheduler:
@@ -96,7 +96,7 @@ def dask_client(scheduler: str | None, workers: int, slurm=None):
     if slurm is not None:
         from ._slurm import jobqueue_cluster
 
-        with jobqueue_cluster(slurm) as cluster, Client(cluster) as client:
+        with jobqueue_cluster(slurm, slurm_folder(store)) as cluster, Client(cluster) as client:
             # Keep `tasks` worker jobs alive: a job that dies (cancelled, node lost)
             # is replaced and its shards are retried by dask.
             cluster.adapt(minimum_jobs=slurm.tasks, maximum_jobs=slurm.tasks)
@@ -195,7 +195,7 @@ def _results(sweep: Sweep, tasks, executor: str, workers: int, scheduler: str | 
         return
     from distributed import as_completed
 
-    with dask_client(scheduler, workers, resources) as client:
+    with dask_client(scheduler, workers, resources, out) as client:
         futures = {
             client.submit(
                 solve_shard, sweep.text, sweep.file, out, kind, shard,

@@ -131,7 +131,9 @@ def read_share(path, task: int) -> list[tuple[str, int]]:
     return [(kind, shard) for kind, shard in json.loads(pathlib.Path(path).read_text())[task]]
 
 
-def jobqueue_cluster(resources: Resources):
+def jobqueue_cluster(resources: Resources, log_dir):
+    """Worker jobs whose logs go to `log_dir` (the store's, like the job array's),
+    not to slurm-<id>.out files in the directory the run was started from."""
     from dask_jobqueue import SLURMCluster
 
     return SLURMCluster(
@@ -147,4 +149,5 @@ def jobqueue_cluster(resources: Resources):
         + ([f"--gpus-per-task={resources.gpus}"] if resources.gpus else []),
         job_script_prologue=list(resources.setup),
         worker_extra_args=["--nthreads", "1"],
+        log_directory=str(log_dir),
     )

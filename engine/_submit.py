@@ -7,7 +7,7 @@ import pathlib
 
 from ._config import Sweep
 from ._cost import check_memory, layouts
-from ._cube import CRITICAL, GRID, MARKERS, cube_sweep, done_shards, prepare
+from ._cube import CRITICAL, GRID, cube_sweep, done_shards, prepare, slurm_folder
 from ._execute import pending_tasks
 from ._jax_setup import configure
 from ._shard import run_or_record
@@ -27,7 +27,7 @@ def submit(sweep: Sweep, keywords: dict, dry_run: bool = False) -> Submission:
     resources = resolve(sweep.slurm, keywords, sweep.file)
     check_memory(sweep, 1)
     path = sweep.out.resolve()
-    folder = path / MARKERS / "slurm"
+    folder = slurm_folder(path)
     name = f"rollsweep-{sweep.study.name}-{sweep.config_hash[:8]}"
     if dry_run:  # nothing written: the script as it would be for a fresh cube
         pending = pending_tasks(sweep, path)

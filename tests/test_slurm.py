@@ -15,7 +15,7 @@ import time
 import pytest
 
 from engine._config import load_sweep
-from engine._cube import done_shards, open_cube
+from engine._cube import done_shards, open_cube, slurm_folder
 from engine._execute import run
 
 from conftest import cubes_identical, sweep_file
@@ -100,12 +100,15 @@ def submit(path, *args):
     return words[words.index("array") + 1], words[words.index("job", words.index("check")) + 1].rstrip(";")
 
 
-def test_jobqueue_executor_matches_local(slurm, tmp_path):
+def test_jobqueue_executor_matches_local(slurm, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     path = make_sweep(tmp_path, "jobqueue")
     sweep = load_sweep(path)
     report = run(sweep, executor="slurm", progress=False)
     assert report.failed_points == 0
     assert cubes_identical(open_cube(sweep.out).load(), reference(tmp_path, path))
+    # Worker job logs are kept with the store, not dropped where the run started.
+    assert list(slurm_folder(sweep.out).glob("*.out")) and not list(tmp_path.glob("slurm-*.out"))
 
 
 def test_submit_matches_local(slurm, tmp_path):
