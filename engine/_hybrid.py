@@ -267,7 +267,7 @@ class HybridSystem:
         horizon = jnp.asarray(settings.t_max if t_end is None else t_end, dtype)
         event = self._event() if transitions else None
         solver = settings.make_solver()
-        controller = diffrax.PIDController(rtol=settings.rtol, atol=settings.atol)
+        controller = settings.make_controller()
 
         def body(carry):
             c, _ = carry  # the solution so far (the loop's state) and whether it is finished

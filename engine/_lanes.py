@@ -8,8 +8,9 @@ one point that never converges stalls the whole batch). Here one
 lane that finishes writes its solution and takes the next point of the batch at
 once, so every lane works until the batch runs out of points.
 
-Each iteration, each lane takes exactly one step of the solver (diffrax's
-`solver.step` and `PIDController.adapt_step_size`, vectorised over lanes):
+Each iteration, each lane takes exactly one step of the solver (the solver's
+Butcher tableau, and the arithmetic of diffrax's `PIDController`, on all lanes
+at once):
 
 - a regular adaptive step; if a transition's condition changed sign in an
   accepted step, the lane does not advance but starts locating the crossing;
@@ -26,12 +27,22 @@ returns, and the tests compare the two. Differences: after an event, a segment
 goes on with the controller's last proposed step instead of a fresh initial
 step guess, and a step whose state is not finite is rejected and shrunk (up to
 `max_steps`) rather than taken as a failed solve.
+
+Layout: every lane array has the lane axis last (a state vector is a
+(components, lanes) array), and the step is written on whole lanes rather than
+as `jax.vmap` of a one-lane step. XLA:CPU then runs each operation as a
+contiguous, vectorised loop over lanes; vmap would put the lane axis first and
+loop over lanes with the few components innermost. Together with the two
+work-arounds for XLA:CPU's fusion noted in the code (`_lane_last`, the
+decisions computed once in `_Machine.advance`), this made a solver step of the
+rolling-ball sweep ~3x cheaper (benchmarks/bench_pingpong.py).
 """
 
 import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._hybrid import _INACTIVE, HybridPoint, HybridSolution, HybridSystem, _crossed
 from ._solver import SolverSettings
@@ -49,7 +60,7 @@ _NONFINITE_SHRINK = 0.2
 
 
 class _Lane(eqx.Module):
-    """State of one lane (every field gets a leading lane axis)."""
+    """State of the lanes (every field has a trailing lane axis)."""
 
     point: jax.Array  # index into the batch; the batch size means "no point"
     t: jax.Array
@@ -60,7 +71,6 @@ class _Lane(eqx.Module):
     args: object
     horizon: jax.Array
     h: jax.Array  # next regular step size
-    control: tuple  # PIDController state
     steps: jax.Array  # regular steps (accepted and rejected) of the whole solve
     segment_steps: jax.Array
     status: jax.Array
@@ -97,20 +107,66 @@ def _secant_root(a, b, span):
     return jnp.clip(span * a / jnp.where(a == b, 1.0, a - b), 0.0, span)
 
 
+def _rows_of(x):
+    """A lane-last array as a list of its rows (lanes,), in row-major order."""
+    return [x[index] for index in np.ndindex(x.shape[:-1])]
+
+
+def _from_rows(rows, shape):
+    """The lane-last array of leading shape `shape` with these rows."""
+    return jnp.stack(rows).reshape(tuple(shape) + rows[0].shape) if shape else rows[0]
+
+
+def _choose(index, options):
+    """options[index[l]][..., l] for every lane l (each option is computed)."""
+    shape = options[0].shape[:-1]
+    rows = [_rows_of(option) for option in options]
+    chosen = rows[-1]
+    for i in reversed(range(len(options) - 1)):
+        chosen = [jnp.where(index == i, new, old) for new, old in zip(rows[i], chosen, strict=True)]
+    return _from_rows(chosen, shape)
+
+
 def _pick(values, index):
-    """values[index] for a small vector, as a masked sum: under vmap on CPU this
-    fuses with its neighbours, where a gather would not."""
-    return jnp.sum(jnp.where(jnp.arange(values.shape[0]) == index, values, jnp.zeros_like(values)))
+    """values[index[l], l] for every lane l of a few rows, as a masked sum: on
+    CPU this fuses with its neighbours, where a gather would not."""
+    return jnp.sum(jnp.where(jnp.arange(values.shape[0])[:, None] == index, values, jnp.zeros_like(values)), axis=0)
 
 
-def _record(rows, index, value, when):
-    """rows with rows[index] = value where `when` (masked, no scatter: see _pick)."""
-    hit = when & (jnp.arange(rows.shape[0]) == index)
-    return jnp.where(hit.reshape(hit.shape + (1,) * (rows.ndim - 1)), value, rows)
+def _record(log, index, value, when):
+    """log with log[index[l], ..., l] = value[..., l] where `when[l]` (masked,
+    no scatter: see _pick)."""
+    hit = when & (jnp.arange(log.shape[0])[:, None] == index)
+    return jnp.where(hit.reshape(hit.shape[:1] + (1,) * (log.ndim - 2) + hit.shape[1:]), value, log)
+
+
+def _lane_last(x):
+    """(lanes, ...) -> (..., lanes), assembled from its columns: XLA:CPU then
+    keeps every later operation a contiguous loop over lanes (a transpose here
+    leaves it looping over the few components, several times slower)."""
+    if x.ndim == 1:
+        return x
+    columns = x.reshape(x.shape[0], -1)
+    return jnp.stack([columns[:, i] for i in range(columns.shape[1])]).reshape(x.shape[1:] + x.shape[:1])
+
+
+def _per_lane(fn):
+    """fn of one lane, applied to every lane of lane-last arrays (lane-last results)."""
+    vectorised = jax.vmap(fn, in_axes=-1, out_axes=0)
+    return lambda *args: jax.tree_util.tree_map(_lane_last, vectorised(*args))
 
 
 class _Machine:
-    """The per-lane functions of one hybrid system under one solver setting."""
+    """One solver step of every lane, on lane-last arrays.
+
+    The arithmetic is written on whole lanes (a lane's scalar is a row of
+    lanes, its state vector a (components, lanes) array, and numpy broadcasting
+    lines the lane axes up); only the study's own functions are vmapped, one
+    lane at a time. Under `jax.vmap` of a per-lane step, every operation that
+    mixes a lane's scalar with its state vector moves the lane axis first, and
+    XLA:CPU then loops over lanes with the few components innermost: ~3x slower
+    per step.
+    """
 
     def __init__(self, system: HybridSystem, settings: SolverSettings):
         self.system = system
@@ -118,12 +174,16 @@ class _Machine:
         self.transitions = system.transitions
         self.solver = settings.make_solver()
         self.term = diffrax.ODETerm(system._vector_field)
-        self.controller = diffrax.PIDController(rtol=settings.rtol, atol=settings.atol)
+        self.controller = settings.make_controller()
+        controller = self.controller
+        # adapt() below is integral control only: what make_controller sets up.
+        assert controller.pcoeff == controller.dcoeff == 0 and controller.dtmin is None and controller.dtmax is None
         self.error_order = self.solver.error_order(self.term)
         self.tableau = self.solver.tableau
         self.directions = [tr.direction for _, tr in self.transitions]
-        self.targets = system.targets()
-        self.resets = system.resets()
+        self.targets = [_per_lane(target) for target in system.targets()]
+        self.resets = [_per_lane(reset) for reset in system.resets()]
+        self.fields = [_per_lane(mode.vector_field) for mode in system.modes]
         self.ends_at_horizon = jnp.array([m.ends_at_horizon for m in system.modes])
 
     def step(self, t0, t1, y0, f0, mode, args):
@@ -149,45 +209,78 @@ class _Machine:
         f1 = ks[-1] if tableau.fsal else self.field(t1, y1, mode, args)
         return y1, error, f1
 
+    def adapt(self, t0, t1, y0, y1, y_error):
+        """diffrax's PIDController.adapt_step_size, lane-wise: accept the step
+        [t0, t1]?, and the next step's (t0, t1).
+
+        The same arithmetic, for the integral-only control that
+        SolverSettings.make_controller sets up (which needs no controller state).
+        diffrax's own, vmapped, moves the lane axis first (see _Machine).
+        """
+        c = self.controller
+        nan = jnp.any(jnp.isnan(y1), axis=0)
+        scale = c.atol + jnp.maximum(jnp.abs(y0), jnp.abs(jnp.where(nan, y0, y1))) * c.rtol
+        scaled_error = jnp.sqrt(jnp.mean(jnp.square(y_error / scale), axis=0))
+        keep = scaled_error < 1
+        factor = jnp.clip(
+            c.safety * (1 / scaled_error) ** (c.icoeff / self.error_order),
+            min=jnp.where(keep, 1, c.factormin),
+            max=jnp.where(keep, c.factormax, c.safety),
+        )
+        next_t0 = jnp.where(keep, t1, t0)
+        return keep, next_t0, next_t0 + (t1 - t0) * factor
+
     def field(self, t, y, mode, args):
-        return self.system._vector_field(t, y, (mode, args))
+        """The vector field of each lane's mode (every mode's is computed, as
+        `lax.switch` under vmap would)."""
+        return _choose(mode, [field(t, y, args) for field in self.fields])
 
     def conditions(self, t, y, f, mode, args):
-        """Every transition's condition and its slope along the flow f at (t, y)."""
+        """Every transition's condition and its slope along the flow f at (t, y),
+        (transitions, lanes) each; a transition not leaving a lane's mode is
+        inactive there (constant)."""
         if not self.transitions:
-            return jnp.full((1,), _INACTIVE, y.dtype), jnp.zeros((1,), y.dtype)
-
-        def values(t, y):
-            gated = [
-                jnp.where(mode == source, tr.condition(t, y, args), jnp.asarray(_INACTIVE, y.dtype))
-                for source, tr in self.transitions
-            ]
-            return jnp.stack(gated).astype(y.dtype)
-
-        return jax.jvp(values, (t, y), (jnp.ones_like(t), f))
+            return jnp.full((1,) + t.shape, _INACTIVE, y.dtype), jnp.zeros((1,) + t.shape, y.dtype)
+        values, slopes = [], []
+        for source, tr in self.transitions:
+            value, slope = _per_lane(
+                lambda t, y, f, args, condition=tr.condition: jax.jvp(
+                    lambda t, y: condition(t, y, args), (t, y), (jnp.ones_like(t), f)
+                )
+            )(t, y, f, args)
+            active = mode == source
+            values.append(jnp.where(active, value, _INACTIVE))
+            slopes.append(jnp.where(active, slope, 0))
+        return jnp.stack(values).astype(y.dtype), jnp.stack(slopes).astype(y.dtype)
 
     def crossed(self, before, after):
+        """Which transitions' conditions changed sign, per lane: (transitions, lanes)."""
         if not self.transitions:
             return jnp.zeros(before.shape, bool)
         return jnp.stack([_crossed(before[j], after[j], d) for j, d in enumerate(self.directions)])
 
     def plan(self, start: HybridPoint, params) -> _Plan:
-        """Start of one point: state, first stage, conditions, first step size."""
+        """Start of every point (params: name -> (points,)): state, first stage,
+        conditions, first step size; points last."""
         settings = self.settings
-        y0, mode, args, t_end = start.start(params, settings)
-        dtype = y0.dtype
-        mode = jnp.asarray(mode, jnp.int32)
-        horizon = jnp.asarray(settings.t_max if t_end is None else t_end, dtype)
-        t0 = jnp.zeros((), dtype)
+
+        def one(params):
+            y0, mode, args, t_end = start.start(params, settings)
+            horizon = jnp.asarray(settings.t_max if t_end is None else t_end, y0.dtype)
+            t0 = jnp.zeros((), y0.dtype)
+            h, _ = self.controller.init(
+                self.term, t0, horizon, y0, None, (mode, args), lambda term, t, y, a: term.vf(t, y, a), self.error_order
+            )
+            return y0, jnp.asarray(mode, jnp.int32), args, horizon, jnp.minimum(h - t0, horizon)
+
+        y0, mode, args, horizon, h = _per_lane(one)(params)
+        t0 = jnp.zeros_like(horizon)
         f = self.field(t0, y0, mode, args)
         g, _ = self.conditions(t0, y0, f, mode, args)
-        h, _ = self.controller.init(
-            self.term, t0, horizon, y0, None, (mode, args), lambda term, t, y, a: term.vf(t, y, a), self.error_order
-        )
-        return _Plan(y0, f, g, mode, args, horizon, jnp.minimum(h - t0, horizon))
+        return _Plan(y0, f, g, mode, args, horizon, h)
 
     def advance(self, s: _Lane) -> _Lane:
-        """One solver step of one lane (none if its point is finished)."""
+        """One solver step of every lane (none in a lane whose point is finished)."""
         settings = self.settings
         dtype = s.y.dtype
         # A finished lane waits, unchanged, until its solution is written out.
@@ -198,21 +291,18 @@ class _Machine:
         clipped = regular & (s.h >= to_horizon)
         span = jnp.where(s.locating, s.dt, jnp.where(clipped, to_horizon, s.h))
         t1 = jnp.where(clipped, s.horizon, s.t + span)
-        args = (s.mode, s.args)
         y1, y_error, f1 = self.step(s.t, t1, s.y, s.f, s.mode, s.args)
         g1, dg1 = self.conditions(t1, y1, f1, s.mode, s.args)
-        finite = jnp.all(jnp.isfinite(y1))
+        finite = jnp.all(jnp.isfinite(y1), axis=0)
         crossed = self.crossed(s.g, g1)
 
         # ---- a regular step: accept or reject, then look for crossings
-        keep, next_t0, next_t1, _, control, _ = self.controller.adapt_step_size(
-            s.t, t1, s.y, y1, args, y_error, self.error_order, s.control
-        )
+        keep, next_t0, next_t1 = self.adapt(s.t, t1, s.y, y1, y_error)
         keep = keep & finite
         h_next = jnp.where(finite, next_t1 - next_t0, _NONFINITE_SHRINK * span)
-        detect = regular & keep & jnp.any(crossed)
+        detect = regular & keep & jnp.any(crossed, axis=0)
         roots = _secant_root(s.g, g1, t1 - s.t)
-        first = jnp.argmin(jnp.where(crossed, roots, jnp.inf))
+        first = jnp.argmin(jnp.where(crossed, roots, jnp.inf), axis=0)
         moves = regular & keep & ~detect  # an ordinary accepted step
         at_horizon = moves & clipped
 
@@ -230,11 +320,11 @@ class _Machine:
         converged = (finite & (jnp.abs(raw - s.dt) <= tol)) | (hi - lo <= tol)
         newton = jnp.where((raw > lo) & (raw < hi) & finite, raw, 0.5 * (lo + hi))
         settled = converged | s.creeping
-        others = crossed & (jnp.arange(crossed.size) != s.code)
+        others = crossed & (jnp.arange(crossed.shape[0])[:, None] != s.code)
         # Converged onto the crossing but a transition declared elsewhere crossed
         # before it: that one fires first; locate it inside [t, t + dt].
-        switch = locating & settled & past & jnp.any(others)
-        other = jnp.argmax(others)
+        switch = locating & settled & past & jnp.any(others, axis=0)
+        other = jnp.argmax(others, axis=0)
         g_other, g1_other = _pick(s.g, other), _pick(g1, other)
         located = locating & settled & past & ~switch
         # Converged but still on the near side (rounding): step forward, by growing
@@ -246,14 +336,24 @@ class _Machine:
         # ---- the event: record, then end or go on in the next mode
         k = jnp.minimum(s.events, s.event_t.shape[0] - 1)
         code = s.code
-        target = jax.lax.switch(code, self.targets, t1, y1, s.args)
-        y_next = jax.lax.switch(code, self.resets, t1, y1, s.args)
+        target = _choose(code, [target(t1, y1, s.args) for target in self.targets])
+        y_next = _choose(code, [reset(t1, y1, s.args) for reset in self.resets])
         next_mode = jnp.where(target >= 0, target, s.mode).astype(s.mode.dtype)
         f_next = self.field(t1, y_next, next_mode, s.args)
         g_next, _ = self.conditions(t1, y_next, f_next, next_mode, s.args)
-        reset_finite = jnp.all(jnp.isfinite(y_next))
+        reset_finite = jnp.all(jnp.isfinite(y_next), axis=0)
         goes_on = located & (target >= 0) & reset_finite & (s.events + 1 < settings.max_segments)
 
+        # Each lane's decisions are computed once, as the result of a conditional
+        # (that holds: with no lane alive, every one of them is false). Otherwise
+        # XLA:CPU fuses the whole chain of cheap per-lane logic that leads to them
+        # into each consumer and recomputes it for every component of every
+        # state-sized update: 1.5x the work of the whole step. (It removes
+        # optimization_barrier before fusion, so that cannot hold them.)
+        decided = (moves, goes_on, located, detect, switch, creep, lost, regular)
+        moves, goes_on, located, detect, switch, creep, lost, regular = jax.lax.cond(
+            jnp.any(alive), lambda: decided, lambda: tuple(jnp.zeros_like(x) for x in decided)
+        )
         steps = s.steps + regular
         segment_steps = jnp.where(goes_on, 0, s.segment_steps + regular)
         out_of_steps = regular & ~detect & ~at_horizon & (segment_steps >= settings.max_steps)
@@ -291,7 +391,6 @@ class _Machine:
             args=s.args,
             horizon=s.horizon,
             h=jnp.where(regular, h_next, s.h),
-            control=jax.tree_util.tree_map(lambda new, old: jnp.where(regular, new, old), control, s.control),
             steps=steps,
             segment_steps=segment_steps,
             status=status,
@@ -342,19 +441,22 @@ def solve_batch(point: HybridPoint, params: dict, settings: SolverSettings, lane
     machine = _Machine(point.system, settings)
     n = next(iter(params.values())).shape[0]
     lanes = min(lanes, n)
-    plan = jax.vmap(lambda p: machine.plan(point, p))(params)
+    # Every lane array keeps the lane axis last: a lane's state components are
+    # then rows, contiguous across lanes, and XLA vectorises each operation over
+    # lanes (with the lane axis first, ~3x slower per solver step on CPU).
+    plan = machine.plan(point, params)
     dtype = plan.y.dtype
-    n_seg, n_state = point.system.event_rows(settings.max_segments), plan.y.shape[1]
+    n_seg, n_state = point.system.event_rows(settings.max_segments), plan.y.shape[0]
 
     def take(tree, index):
-        return jax.tree_util.tree_map(lambda a: a[index], tree)
+        return jax.tree_util.tree_map(lambda a: a[..., index], tree)
 
     def started(start: _Plan, point) -> _Lane:
         """Lanes at the start of the points `point`, from their rows of the plan."""
         size = point.shape[0]
 
         def full(value, dtype, *shape):
-            return jnp.full((size, *shape), value, dtype)
+            return jnp.full((*shape, size), value, dtype)
 
         return _Lane(
             point=point,
@@ -366,7 +468,6 @@ def solve_batch(point: HybridPoint, params: dict, settings: SolverSettings, lane
             args=start.args,
             horizon=start.horizon,
             h=start.h,
-            control=(full(1, dtype), full(1, dtype), full(False, bool)),
             steps=full(0, jnp.int32),
             segment_steps=full(0, jnp.int32),
             status=full(Status.PENDING, jnp.int8),
@@ -395,8 +496,7 @@ def solve_batch(point: HybridPoint, params: dict, settings: SolverSettings, lane
         takes = free & (new < n)
 
         def pick(new_value, old_value):
-            mask = takes.reshape(takes.shape + (1,) * (new_value.ndim - 1))
-            return jnp.where(mask, new_value, old_value)
+            return jnp.where(takes, new_value, old_value)
 
         lane = jax.tree_util.tree_map(pick, started(take(plan, jnp.minimum(new, n - 1)), new), lane)
         lane = eqx.tree_at(lambda lane_: lane_.point, lane, jnp.where(free, jnp.where(takes, new, n), lane.point))
@@ -404,13 +504,13 @@ def solve_batch(point: HybridPoint, params: dict, settings: SolverSettings, lane
 
     # One spare row (index n) takes the writes of lanes that finished nothing.
     results = jax.tree_util.tree_map(
-        lambda a: jnp.zeros((n + 1,) + a.shape[1:], a.dtype), _solution(empty)
+        lambda a: jnp.zeros(a.shape[:-1] + (n + 1,), a.dtype), _solution(empty)
     )
 
     def write(lane, results, finished):
         row = jnp.where(finished, lane.point, n)
         return jax.tree_util.tree_map(
-            lambda out, value: out.at[row].set(value, mode="promise_in_bounds"), results, _solution(lane)
+            lambda out, value: out.at[..., row].set(value, mode="promise_in_bounds"), results, _solution(lane)
         )
 
     def loop(lane, results, next_point, keep_going):
@@ -432,7 +532,7 @@ def solve_batch(point: HybridPoint, params: dict, settings: SolverSettings, lane
 
         def body(carry):
             lane, results, next_point = carry
-            lane = jax.vmap(machine.advance)(lane)
+            lane = machine.advance(lane)
             finished = (lane.status != Status.PENDING) & (lane.point < n)
             running = jnp.sum((lane.status == Status.PENDING) & (lane.point < n))
             return jax.lax.cond(
@@ -462,4 +562,4 @@ def solve_batch(point: HybridPoint, params: dict, settings: SolverSettings, lane
     still_busy = jnp.arange(tail) < jnp.sum(running(lane))
     narrow = eqx.tree_at(lambda lane_: lane_.point, narrow, jnp.where(still_busy, narrow.point, n))
     _, results, _ = loop(narrow, results, next_point, lambda lane, next_point: jnp.any(lane.point < n))
-    return jax.tree_util.tree_map(lambda a: a[:n], results)
+    return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a[..., :n], -1, 0), results)

@@ -3,6 +3,7 @@
 import dataclasses
 
 import diffrax
+import jax.numpy as jnp
 
 # Explicit solvers only: the studies are non-stiff, and the event re-step relies on
 # `solver.step` being a single explicit Runge-Kutta step.
@@ -33,3 +34,13 @@ class SolverSettings:
 
     def make_solver(self):
         return SOLVERS[self.solver]()
+
+    def make_controller(self):
+        return diffrax.PIDController(rtol=self.rtol, atol=self.atol, norm=rms_norm)
+
+
+def rms_norm(x):
+    """Root mean square of the scaled error of one state vector: diffrax's
+    default norm, written as the plain reduction the refilling lanes use too
+    (diffrax's goes through a dot product), so both solve paths round alike."""
+    return jnp.sqrt(jnp.mean(jnp.square(x)))
