@@ -53,6 +53,8 @@ from ._status import Status
 _FLUSH_SHARE = 8
 # The last busy lanes of a batch continue in a loop this many times narrower.
 _TAIL_SHARE = 16
+# At most this share of the lanes locates crossings in one flush.
+_LOCATE_SHARE = 4
 # Re-steps allowed to locate one crossing (2-3 are typical).
 _LOCATE_TRIES = 16
 # A rejected step whose state is not finite is retried this much shorter.
@@ -253,6 +255,16 @@ class _Machine:
             slopes.append(jnp.where(active, slope, 0))
         return jnp.stack(values).astype(y.dtype), jnp.stack(slopes).astype(y.dtype)
 
+    def condition_values(self, t, y, mode, args):
+        """Every transition's condition at (t, y), without slopes: (transitions, lanes)."""
+        if not self.transitions:
+            return jnp.full((1,) + t.shape, _INACTIVE, y.dtype)
+        values = []
+        for source, tr in self.transitions:
+            value = _per_lane(tr.condition)(t, y, args)
+            values.append(jnp.where(mode == source, value, _INACTIVE))
+        return jnp.stack(values).astype(y.dtype)
+
     def crossed(self, before, after):
         """Which transitions' conditions changed sign, per lane: (transitions, lanes)."""
         if not self.transitions:
@@ -276,39 +288,98 @@ class _Machine:
         y0, mode, args, horizon, h = _per_lane(one)(params)
         t0 = jnp.zeros_like(horizon)
         f = self.field(t0, y0, mode, args)
-        g, _ = self.conditions(t0, y0, f, mode, args)
+        g = self.condition_values(t0, y0, mode, args)
         return _Plan(y0, f, g, mode, args, horizon, h)
 
-    def advance(self, s: _Lane) -> _Lane:
-        """One solver step of every lane (none in a lane whose point is finished)."""
+    def regular(self, s: _Lane) -> _Lane:
+        """One adaptive step of every running lane that is not locating a
+        crossing. A step in which a transition's condition changed sign is not
+        taken: the lane starts locating the crossing (see `locate`)."""
         settings = self.settings
-        dtype = s.y.dtype
-        # A finished lane waits, unchanged, until its solution is written out.
-        alive = s.status == Status.PENDING
-        locating = s.locating & alive
-        regular = ~s.locating & alive
+        stepping = (s.status == Status.PENDING) & ~s.locating
         to_horizon = s.horizon - s.t
-        clipped = regular & (s.h >= to_horizon)
-        span = jnp.where(s.locating, s.dt, jnp.where(clipped, to_horizon, s.h))
+        clipped = stepping & (s.h >= to_horizon)
+        span = jnp.where(clipped, to_horizon, s.h)
         t1 = jnp.where(clipped, s.horizon, s.t + span)
         y1, y_error, f1 = self.step(s.t, t1, s.y, s.f, s.mode, s.args)
+        g1 = self.condition_values(t1, y1, s.mode, s.args)
+        finite = jnp.all(jnp.isfinite(y1), axis=0)
+        crossed = self.crossed(s.g, g1)
+        keep, next_t0, next_t1 = self.adapt(s.t, t1, s.y, y1, y_error)
+        keep = keep & finite
+        h_next = jnp.where(finite, next_t1 - next_t0, _NONFINITE_SHRINK * span)
+        detect = stepping & keep & jnp.any(crossed, axis=0)
+        moves = stepping & keep & ~detect
+        at_horizon = moves & clipped
+        segment_steps = s.segment_steps + stepping
+        out_of_steps = stepping & ~detect & ~at_horizon & (segment_steps >= settings.max_steps)
+        moves, detect = _once(stepping, (moves, detect))
+        status = jnp.select(
+            [at_horizon & self.ends_at_horizon[s.mode], at_horizon, out_of_steps],
+            [Status.SUCCESS, Status.EVENT_NOT_FOUND, Status.MAX_STEPS],
+            s.status,
+        ).astype(jnp.int8)
+        # A lane that reached a crossing keeps the step's span and waits: the
+        # crossing is located in the next flush (start_locating, locate).
+        return _replace(
+            s,
+            t=jnp.where(moves, t1, s.t),
+            y=jnp.where(moves, y1, s.y),
+            f=jnp.where(moves, f1, s.f),
+            g=jnp.where(moves, g1, s.g),
+            h=jnp.where(stepping, h_next, s.h),
+            steps=s.steps + stepping,
+            segment_steps=segment_steps,
+            status=status,
+            locating=s.locating | detect,
+            span=jnp.where(detect, t1 - s.t, s.span),
+        )
+
+    def start_locating(self, s: _Lane, active) -> _Lane:
+        """Lanes parked at a crossing, where `active`, start locating it: the step
+        over [t, t + span] is taken again (the same arithmetic, the same result) for
+        the conditions at its end; the first Newton iterate is the secant root of
+        the earliest crossed condition."""
+        t1 = s.t + s.span
+        y1, _, f1 = self.step(s.t, t1, s.y, s.f, s.mode, s.args)
+        g1 = self.condition_values(t1, y1, s.mode, s.args)
+        crossed = self.crossed(s.g, g1)
+        roots = _secant_root(s.g, g1, s.span)
+        first = jnp.argmin(jnp.where(crossed, roots, jnp.inf), axis=0)
+        # Should rounding differ from the first time and nothing cross, the step
+        # (accepted then) is taken.
+        found = jnp.any(crossed, axis=0)
+        starts = active & s.locating & found
+        taken = active & s.locating & ~found
+        return _replace(
+            s,
+            t=jnp.where(taken, t1, s.t),
+            y=jnp.where(taken, y1, s.y),
+            f=jnp.where(taken, f1, s.f),
+            g=jnp.where(taken, g1, s.g),
+            locating=starts,
+            code=first.astype(s.code.dtype),
+            dt=_pick(roots, first),
+            lo=jnp.zeros_like(s.lo),
+            hi=s.span,
+            nudge=jnp.maximum(_time_tolerance(s.t, t1), 1e-300),
+            creeping=jnp.zeros_like(s.creeping),
+            tries=jnp.zeros_like(s.tries),
+        )
+
+    def locate(self, s: _Lane) -> _Lane:
+        """One re-step of every lane locating a crossing: from the step start (t, y)
+        to the current Newton iterate t + dt for the crossing time. A located
+        crossing is recorded; the lane then ends or goes on in the next mode."""
+        settings = self.settings
+        locating = (s.status == Status.PENDING) & s.locating
+        t1 = s.t + s.dt
+        y1, _, f1 = self.step(s.t, t1, s.y, s.f, s.mode, s.args)
         g1, dg1 = self.conditions(t1, y1, f1, s.mode, s.args)
         finite = jnp.all(jnp.isfinite(y1), axis=0)
         crossed = self.crossed(s.g, g1)
 
-        # ---- a regular step: accept or reject, then look for crossings
-        keep, next_t0, next_t1 = self.adapt(s.t, t1, s.y, y1, y_error)
-        keep = keep & finite
-        h_next = jnp.where(finite, next_t1 - next_t0, _NONFINITE_SHRINK * span)
-        detect = regular & keep & jnp.any(crossed, axis=0)
-        roots = _secant_root(s.g, g1, t1 - s.t)
-        first = jnp.argmin(jnp.where(crossed, roots, jnp.inf), axis=0)
-        moves = regular & keep & ~detect  # an ordinary accepted step
-        at_horizon = moves & clipped
-
-        # ---- a locating re-step: Newton on the crossing time
-        eps = jnp.finfo(dtype).eps
-        tol = 4 * eps * jnp.maximum(jnp.abs(s.t), jnp.abs(s.t + s.span))
+        tol = _time_tolerance(s.t, s.t + s.span)
         value, slope = _pick(g1, s.code), _pick(dg1, s.code)
         past = _pick(crossed, s.code).astype(bool)
         lo = jnp.where(past, s.lo, s.dt)
@@ -330,7 +401,7 @@ class _Machine:
         # Converged but still on the near side (rounding): step forward, by growing
         # nudges and no more Newton updates, until past.
         creep = locating & settled & ~past
-        tries = s.tries + 1
+        tries = s.tries + locating
         lost = locating & ~located & (tries >= _LOCATE_TRIES)
 
         # ---- the event: record, then end or go on in the next mode
@@ -340,83 +411,71 @@ class _Machine:
         y_next = _choose(code, [reset(t1, y1, s.args) for reset in self.resets])
         next_mode = jnp.where(target >= 0, target, s.mode).astype(s.mode.dtype)
         f_next = self.field(t1, y_next, next_mode, s.args)
-        g_next, _ = self.conditions(t1, y_next, f_next, next_mode, s.args)
+        g_next = self.condition_values(t1, y_next, next_mode, s.args)
         reset_finite = jnp.all(jnp.isfinite(y_next), axis=0)
         goes_on = located & (target >= 0) & reset_finite & (s.events + 1 < settings.max_segments)
-
-        # Each lane's decisions are computed once, as the result of a conditional
-        # (that holds: with no lane alive, every one of them is false). Otherwise
-        # XLA:CPU fuses the whole chain of cheap per-lane logic that leads to them
-        # into each consumer and recomputes it for every component of every
-        # state-sized update: 1.5x the work of the whole step. (It removes
-        # optimization_barrier before fusion, so that cannot hold them.)
-        decided = (moves, goes_on, located, detect, switch, creep, lost, regular)
-        moves, goes_on, located, detect, switch, creep, lost, regular = jax.lax.cond(
-            jnp.any(alive), lambda: decided, lambda: tuple(jnp.zeros_like(x) for x in decided)
-        )
-        steps = s.steps + regular
-        segment_steps = jnp.where(goes_on, 0, s.segment_steps + regular)
-        out_of_steps = regular & ~detect & ~at_horizon & (segment_steps >= settings.max_steps)
+        goes_on, located, switch, creep, lost = _once(locating, (goes_on, located, switch, creep, lost))
         status = jnp.select(
-            [
-                located & (target < 0),
-                located & ~reset_finite,
-                located & ~goes_on,
-                lost,
-                at_horizon & self.ends_at_horizon[s.mode],
-                at_horizon,
-                out_of_steps,
-            ],
-            [
-                Status.SUCCESS,
-                Status.NONFINITE,
-                Status.MAX_SEGMENTS,
-                Status.SOLVER_FAILED,
-                Status.SUCCESS,
-                Status.EVENT_NOT_FOUND,
-                Status.MAX_STEPS,
-            ],
-            Status.PENDING,
+            [located & (target < 0), located & ~reset_finite, located & ~goes_on, lost],
+            [Status.SUCCESS, Status.NONFINITE, Status.MAX_SEGMENTS, Status.SOLVER_FAILED],
+            s.status,
         ).astype(jnp.int8)
-        status = jnp.where(alive, status, s.status)
-
-        new_t = jnp.where(moves | located, t1, s.t)
-        lane = _Lane(
-            point=s.point,
-            t=new_t,
-            y=jnp.where(moves, y1, jnp.where(goes_on, y_next, jnp.where(located, y1, s.y))),
-            f=jnp.where(moves, f1, jnp.where(goes_on, f_next, s.f)),
-            g=jnp.where(moves, g1, jnp.where(goes_on, g_next, s.g)),
+        step_on = locating & ~switch & ~creep  # a Newton update
+        return _replace(
+            s,
+            t=jnp.where(located, t1, s.t),
+            y=jnp.where(goes_on, y_next, jnp.where(located, y1, s.y)),
+            f=jnp.where(goes_on, f_next, s.f),
+            g=jnp.where(goes_on, g_next, s.g),
             mode=jnp.where(goes_on, next_mode, s.mode),
-            args=s.args,
-            horizon=s.horizon,
-            h=jnp.where(regular, h_next, s.h),
-            steps=steps,
-            segment_steps=segment_steps,
+            segment_steps=jnp.where(goes_on, 0, s.segment_steps),
             status=status,
             events=s.events + located,
             event_t=_record(s.event_t, k, t1, located),
             event_y=_record(s.event_y, k, y1, located),
             event_code=_record(s.event_code, k, code, located),
-            locating=(detect | (s.locating & ~located)) & ~lost,
-            code=jnp.where(detect, first, jnp.where(switch, other, s.code)).astype(s.code.dtype),
-            span=jnp.where(detect, t1 - s.t, jnp.where(switch, s.dt, s.span)),
+            locating=s.locating & ~located & ~lost,
+            code=jnp.where(switch, other, s.code).astype(s.code.dtype),
+            span=jnp.where(switch, s.dt, s.span),
             dt=jnp.select(
-                [detect, switch, creep],
+                [switch, creep, step_on],
                 [
-                    _pick(roots, first),
                     s.dt * g_other / jnp.where(g_other == g1_other, 1.0, g_other - g1_other),
                     jnp.minimum(s.dt + s.nudge, hi),
+                    newton,
                 ],
-                newton,
+                s.dt,
             ),
-            lo=jnp.where(detect | switch, 0.0, lo),
-            hi=jnp.where(detect, t1 - s.t, jnp.where(switch, s.dt, hi)),
-            nudge=jnp.where(creep, 4 * s.nudge, jnp.where(detect | switch, jnp.maximum(tol, 1e-300), s.nudge)),
-            creeping=creep,
-            tries=jnp.where(detect | switch, 0, tries).astype(s.tries.dtype),
+            lo=jnp.where(switch, 0.0, jnp.where(locating, lo, s.lo)),
+            hi=jnp.where(switch, s.dt, jnp.where(locating, hi, s.hi)),
+            nudge=jnp.where(creep, 4 * s.nudge, jnp.where(switch, jnp.maximum(tol, 1e-300), s.nudge)),
+            creeping=jnp.where(locating, creep, s.creeping),
+            tries=jnp.where(switch, 0, tries).astype(s.tries.dtype),
         )
-        return lane
+
+
+def _time_tolerance(t0, t1):
+    """Rounding level of a time in [t0, t1]: where locating a crossing stops."""
+    return 4 * jnp.finfo(t0.dtype).eps * jnp.maximum(jnp.abs(t0), jnp.abs(t1))
+
+
+def _once(active, decisions):
+    """The lanes' decisions, computed once, as the result of a conditional.
+
+    Otherwise XLA:CPU fuses the whole chain of cheap per-lane logic that leads to
+    them into each consumer and recomputes it for every component of every
+    state-sized update (measured: more operations than the solver step itself).
+    XLA:CPU removes optimization_barrier before fusion, so that cannot hold them.
+    Exact: every decision is false in an inactive lane, and with no lane active
+    the conditional returns all false.
+    """
+    return jax.lax.cond(
+        jnp.any(active), lambda: decisions, lambda: tuple(jnp.zeros_like(x) for x in decisions)
+    )
+
+
+def _replace(lane: _Lane, **changes) -> _Lane:
+    return eqx.tree_at(lambda lane_: tuple(getattr(lane_, k) for k in changes), lane, tuple(changes.values()))
 
 
 def _solution(lane: _Lane) -> HybridSolution:
@@ -513,16 +572,37 @@ def solve_batch(point: HybridPoint, params: dict, settings: SolverSettings, lane
             lambda out, value: out.at[..., row].set(value, mode="promise_in_bounds"), results, _solution(lane)
         )
 
-    def loop(lane, results, next_point, keep_going):
-        """Step the lanes while keep_going(lane, next_point); finished lanes are
-        written out and refilled in flushes."""
+    def locate_parked(lane):
+        """Lanes parked at a crossing locate it: up to 1/_LOCATE_SHARE of the lanes
+        at a time (the rest wait for the next flush), gathered into a narrow loop of
+        Newton re-steps, then put back."""
         width = lane.point.shape[0]
-        # Writing out and refilling costs about as much as a step of every lane, so
-        # it waits until a good share of the lanes has finished (or none is running):
-        # finished lanes idle for a few steps, the flush runs a few times less often.
+        size = max(1, width // _LOCATE_SHARE)
+        parked = (lane.status == Status.PENDING) & lane.locating
+        index = jnp.nonzero(parked, size=size, fill_value=0)[0]
+        valid = jnp.arange(size) < jnp.sum(parked)
+        narrow = machine.start_locating(take(lane, index), valid)
+        narrow = jax.lax.while_loop(
+            lambda s: jnp.any((s.status == Status.PENDING) & s.locating), machine.locate, narrow
+        )
+        back = jnp.where(valid, index, width)  # out of bounds: dropped
+        return jax.tree_util.tree_map(lambda all_, few: all_.at[..., back].set(few, mode="drop"), lane, narrow)
+
+    def loop(lane, results, next_point, keep_going):
+        """Step the lanes while keep_going(lane, next_point). A lane that finishes,
+        or reaches a crossing, waits for the next flush: there crossings are
+        located, finished lanes written out and refilled."""
+        width = lane.point.shape[0]
+        # A flush costs about as much as a step of every lane, so it waits until a
+        # good share of the lanes is waiting (or none is stepping): waiting lanes
+        # idle for a few steps, the flush runs a few times less often. Locating
+        # crossings there, apart from the regular steps, keeps the every-step work
+        # to a plain adaptive step: the locating logic costs more than the step.
         threshold = max(1, width // _FLUSH_SHARE)
 
-        def flush(lane, results, next_point, finished):
+        def flush(lane, results, next_point):
+            lane = locate_parked(lane)
+            finished = (lane.status != Status.PENDING) & (lane.point < n)
             results = write(lane, results, finished)
             if width == lanes:
                 lane, next_point = refill(lane, finished | (lane.point >= n), next_point)
@@ -532,12 +612,14 @@ def solve_batch(point: HybridPoint, params: dict, settings: SolverSettings, lane
 
         def body(carry):
             lane, results, next_point = carry
-            lane = machine.advance(lane)
-            finished = (lane.status != Status.PENDING) & (lane.point < n)
-            running = jnp.sum((lane.status == Status.PENDING) & (lane.point < n))
+            lane = machine.regular(lane)
+            mine = lane.point < n
+            pending = lane.status == Status.PENDING
+            waiting = jnp.sum(mine & (~pending | lane.locating))
+            stepping = jnp.sum(mine & pending & ~lane.locating)
             return jax.lax.cond(
-                (jnp.sum(finished) >= threshold) | (running == 0),
-                lambda: flush(lane, results, next_point, finished),
+                (waiting >= threshold) | (stepping == 0),
+                lambda: flush(lane, results, next_point),
                 lambda: (lane, results, next_point),
             )
 
