@@ -38,6 +38,8 @@ decisions computed once in `_Machine.advance`), this made a solver step of the
 rolling-ball sweep ~3x cheaper (benchmarks/bench_pingpong.py).
 """
 
+import functools
+
 import diffrax
 import equinox as eqx
 import jax
@@ -50,7 +52,7 @@ from ._status import Status
 
 # Finished lanes wait for the write-out and refill until 1/_FLUSH_SHARE of all
 # lanes are waiting (benchmarks/bench_pingpong.py measures the choice).
-_FLUSH_SHARE = 8
+_FLUSH_SHARE = 4
 # The last busy lanes of a batch continue in a loop this many times narrower.
 _TAIL_SHARE = 16
 # At most this share of the lanes locates crossings in one flush.
@@ -80,10 +82,17 @@ class _Lane(eqx.Module):
     event_t: jax.Array
     event_y: jax.Array
     event_code: jax.Array
-    # locating a crossing inside the step [t, t + span]: it lies in [t + lo, t + hi]
+    # parked at a crossing inside the step [t, t + span], waiting to locate it
     locating: jax.Array
-    code: jax.Array  # the transition being located
     span: jax.Array
+
+
+class _Search(eqx.Module):
+    """Lanes locating a crossing inside the step [t, t + span] of `lane`: it lies
+    in [t + lo, t + hi]."""
+
+    lane: _Lane
+    code: jax.Array  # the transition being located
     lo: jax.Array  # the largest offset known short of the crossing
     hi: jax.Array  # the smallest offset known past it
     dt: jax.Array  # current Newton iterate (offset from t)
@@ -133,6 +142,21 @@ def _pick(values, index):
     """values[index[l], l] for every lane l of a few rows, as a masked sum: on
     CPU this fuses with its neighbours, where a gather would not."""
     return jnp.sum(jnp.where(jnp.arange(values.shape[0])[:, None] == index, values, jnp.zeros_like(values)), axis=0)
+
+
+def _sum_rows(x):
+    """x.sum(axis=0) of a (few, lanes) array as a chain of row additions: XLA:CPU
+    fuses those with the arithmetic around them, where a reduction over the short
+    leading axis runs as a separate, several times slower, kernel."""
+    return functools.reduce(jnp.add, list(x))
+
+
+def _any_rows(x):
+    return functools.reduce(jnp.logical_or, list(x))
+
+
+def _all_rows(x):
+    return functools.reduce(jnp.logical_and, list(x))
 
 
 def _record(log, index, value, when):
@@ -222,7 +246,8 @@ class _Machine:
         c = self.controller
         nan = jnp.any(jnp.isnan(y1), axis=0)
         scale = c.atol + jnp.maximum(jnp.abs(y0), jnp.abs(jnp.where(nan, y0, y1))) * c.rtol
-        scaled_error = jnp.sqrt(jnp.mean(jnp.square(y_error / scale), axis=0))
+        scaled = y_error / scale
+        scaled_error = jnp.sqrt(_sum_rows(scaled * scaled) / scaled.shape[0])
         keep = scaled_error < 1
         factor = jnp.clip(
             c.safety * (1 / scaled_error) ** (c.icoeff / self.error_order),
@@ -335,7 +360,7 @@ class _Machine:
             span=jnp.where(detect, t1 - s.t, s.span),
         )
 
-    def start_locating(self, s: _Lane, active) -> _Lane:
+    def start_locating(self, s: _Lane, active) -> _Search:
         """Lanes parked at a crossing, where `active`, start locating it: the step
         over [t, t + span] is taken again (the same arithmetic, the same result) for
         the conditions at its end; the first Newton iterate is the secant root of
@@ -351,47 +376,51 @@ class _Machine:
         found = jnp.any(crossed, axis=0)
         starts = active & s.locating & found
         taken = active & s.locating & ~found
-        return _replace(
+        lane = _replace(
             s,
             t=jnp.where(taken, t1, s.t),
             y=jnp.where(taken, y1, s.y),
             f=jnp.where(taken, f1, s.f),
             g=jnp.where(taken, g1, s.g),
             locating=starts,
-            code=first.astype(s.code.dtype),
-            dt=_pick(roots, first),
-            lo=jnp.zeros_like(s.lo),
+        )
+        return _Search(
+            lane=lane,
+            code=first.astype(jnp.int32),
+            lo=jnp.zeros_like(s.span),
             hi=s.span,
+            dt=_pick(roots, first),
             nudge=jnp.maximum(_time_tolerance(s.t, t1), 1e-300),
-            creeping=jnp.zeros_like(s.creeping),
-            tries=jnp.zeros_like(s.tries),
+            creeping=jnp.zeros(s.t.shape, bool),
+            tries=jnp.zeros(s.t.shape, jnp.int32),
         )
 
-    def locate(self, s: _Lane) -> _Lane:
+    def locate(self, search: _Search) -> _Search:
         """One re-step of every lane locating a crossing: from the step start (t, y)
         to the current Newton iterate t + dt for the crossing time. A located
         crossing is recorded; the lane then ends or goes on in the next mode."""
         settings = self.settings
+        s, n = search.lane, search  # the lanes, and the Newton search in them
         locating = (s.status == Status.PENDING) & s.locating
-        t1 = s.t + s.dt
+        t1 = s.t + n.dt
         y1, _, f1 = self.step(s.t, t1, s.y, s.f, s.mode, s.args)
         g1, dg1 = self.conditions(t1, y1, f1, s.mode, s.args)
         finite = jnp.all(jnp.isfinite(y1), axis=0)
         crossed = self.crossed(s.g, g1)
 
         tol = _time_tolerance(s.t, s.t + s.span)
-        value, slope = _pick(g1, s.code), _pick(dg1, s.code)
-        past = _pick(crossed, s.code).astype(bool)
-        lo = jnp.where(past, s.lo, s.dt)
-        hi = jnp.where(past, s.dt, s.hi)
+        value, slope = _pick(g1, n.code), _pick(dg1, n.code)
+        past = _pick(crossed, n.code).astype(bool)
+        lo = jnp.where(past, n.lo, n.dt)
+        hi = jnp.where(past, n.dt, n.hi)
         # Safeguarded Newton: a condition need not be monotone over the step (a ball
         # rising then falling through a plane), so an update that leaves the
         # bracket bisects it instead.
-        raw = s.dt - value / jnp.where(slope != 0, slope, 1.0)
-        converged = (finite & (jnp.abs(raw - s.dt) <= tol)) | (hi - lo <= tol)
+        raw = n.dt - value / jnp.where(slope != 0, slope, 1.0)
+        converged = (finite & (jnp.abs(raw - n.dt) <= tol)) | (hi - lo <= tol)
         newton = jnp.where((raw > lo) & (raw < hi) & finite, raw, 0.5 * (lo + hi))
-        settled = converged | s.creeping
-        others = crossed & (jnp.arange(crossed.shape[0])[:, None] != s.code)
+        settled = converged | n.creeping
+        others = crossed & (jnp.arange(crossed.shape[0])[:, None] != n.code)
         # Converged onto the crossing but a transition declared elsewhere crossed
         # before it: that one fires first; locate it inside [t, t + dt].
         switch = locating & settled & past & jnp.any(others, axis=0)
@@ -401,12 +430,12 @@ class _Machine:
         # Converged but still on the near side (rounding): step forward, by growing
         # nudges and no more Newton updates, until past.
         creep = locating & settled & ~past
-        tries = s.tries + locating
+        tries = n.tries + locating
         lost = locating & ~located & (tries >= _LOCATE_TRIES)
 
         # ---- the event: record, then end or go on in the next mode
         k = jnp.minimum(s.events, s.event_t.shape[0] - 1)
-        code = s.code
+        code = n.code
         target = _choose(code, [target(t1, y1, s.args) for target in self.targets])
         y_next = _choose(code, [reset(t1, y1, s.args) for reset in self.resets])
         next_mode = jnp.where(target >= 0, target, s.mode).astype(s.mode.dtype)
@@ -421,7 +450,7 @@ class _Machine:
             s.status,
         ).astype(jnp.int8)
         step_on = locating & ~switch & ~creep  # a Newton update
-        return _replace(
+        lane = _replace(
             s,
             t=jnp.where(located, t1, s.t),
             y=jnp.where(goes_on, y_next, jnp.where(located, y1, s.y)),
@@ -435,22 +464,25 @@ class _Machine:
             event_y=_record(s.event_y, k, y1, located),
             event_code=_record(s.event_code, k, code, located),
             locating=s.locating & ~located & ~lost,
-            code=jnp.where(switch, other, s.code).astype(s.code.dtype),
-            span=jnp.where(switch, s.dt, s.span),
+            span=jnp.where(switch, n.dt, s.span),
+        )
+        return _Search(
+            lane=lane,
+            code=jnp.where(switch, other, n.code).astype(n.code.dtype),
             dt=jnp.select(
                 [switch, creep, step_on],
                 [
-                    s.dt * g_other / jnp.where(g_other == g1_other, 1.0, g_other - g1_other),
-                    jnp.minimum(s.dt + s.nudge, hi),
+                    n.dt * g_other / jnp.where(g_other == g1_other, 1.0, g_other - g1_other),
+                    jnp.minimum(n.dt + n.nudge, hi),
                     newton,
                 ],
-                s.dt,
+                n.dt,
             ),
-            lo=jnp.where(switch, 0.0, jnp.where(locating, lo, s.lo)),
-            hi=jnp.where(switch, s.dt, jnp.where(locating, hi, s.hi)),
-            nudge=jnp.where(creep, 4 * s.nudge, jnp.where(switch, jnp.maximum(tol, 1e-300), s.nudge)),
-            creeping=jnp.where(locating, creep, s.creeping),
-            tries=jnp.where(switch, 0, tries).astype(s.tries.dtype),
+            lo=jnp.where(switch, 0.0, jnp.where(locating, lo, n.lo)),
+            hi=jnp.where(switch, n.dt, jnp.where(locating, hi, n.hi)),
+            nudge=jnp.where(creep, 4 * n.nudge, jnp.where(switch, jnp.maximum(tol, 1e-300), n.nudge)),
+            creeping=jnp.where(locating, creep, n.creeping),
+            tries=jnp.where(switch, 0, tries).astype(n.tries.dtype),
         )
 
 
@@ -535,14 +567,7 @@ def solve_batch(point: HybridPoint, params: dict, settings: SolverSettings, lane
             event_y=full(jnp.nan, dtype, n_seg, n_state),
             event_code=full(-1, jnp.int32, n_seg),
             locating=full(False, bool),
-            code=full(0, jnp.int32),
             span=full(0, dtype),
-            lo=full(0, dtype),
-            hi=full(0, dtype),
-            dt=full(0, dtype),
-            nudge=full(0, dtype),
-            creeping=full(False, bool),
-            tries=full(0, jnp.int32),
         )
 
     # Before the first refill every lane is idle (point n, "none").
@@ -581,12 +606,18 @@ def solve_batch(point: HybridPoint, params: dict, settings: SolverSettings, lane
         parked = (lane.status == Status.PENDING) & lane.locating
         index = jnp.nonzero(parked, size=size, fill_value=0)[0]
         valid = jnp.arange(size) < jnp.sum(parked)
-        narrow = machine.start_locating(take(lane, index), valid)
-        narrow = jax.lax.while_loop(
-            lambda s: jnp.any((s.status == Status.PENDING) & s.locating), machine.locate, narrow
+        search = machine.start_locating(take(lane, index), valid)
+        search = jax.lax.while_loop(
+            lambda n: jnp.any((n.lane.status == Status.PENDING) & n.lane.locating), machine.locate, search
         )
-        back = jnp.where(valid, index, width)  # out of bounds: dropped
-        return jax.tree_util.tree_map(lambda all_, few: all_.at[..., back].set(few, mode="drop"), lane, narrow)
+        # Put back what locating changes; out-of-bounds indices (no lane) drop.
+        back = jnp.where(valid, index, width)
+        located = search.lane
+        changed = ("t", "y", "f", "g", "mode", "segment_steps", "status", "events", "event_t", "event_y",
+                   "event_code", "locating", "span")
+        return _replace(
+            lane, **{k: getattr(lane, k).at[..., back].set(getattr(located, k), mode="drop") for k in changed}
+        )
 
     def loop(lane, results, next_point, keep_going):
         """Step the lanes while keep_going(lane, next_point). A lane that finishes,
