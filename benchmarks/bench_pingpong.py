@@ -187,12 +187,15 @@ def numba_sweep():
     return lambda qs: pingpong_numba.sweep(qs, BETA, MU, G, R, DELTA, RTOL, ATOL)
 
 
-def sweep_text(points, out, shard_size):
+def sweep_text(points, out, shard_size, outputs=None, solver=None):
+    """The benchmark sweep; outputs None: all the study's outputs."""
+    selected = "" if outputs is None else f"outputs = {list(outputs)!r}\n".replace("'", '"')
+    method = "" if solver is None else f'solver = "{solver}"\n'
     return f"""study = "pingpong"
-[axes]
+{selected}[axes]
 spin_ratio = {{ linspace = [0.2, 3.0, {points}] }}
 [solver]
-rtol = {RTOL}
+{method}rtol = {RTOL}
 atol = {ATOL}
 [run]
 shard_size = {shard_size}
@@ -220,8 +223,12 @@ def main():
     from engine._evaluate import evaluate
     from studies.pingpong import STUDY
 
-    def text(out, shard_size=args.shard_size):
-        return sweep_text(args.points, out, shard_size)
+    # The baselines compute the final displacement: the like-for-like engine run
+    # asks for that output (the reference row); the study's full set follows.
+    wanted = ["final_displacement"]
+
+    def text(out, shard_size=args.shard_size, outputs=wanted, solver=None):
+        return sweep_text(args.points, out, shard_size, outputs, solver)
 
     # ---- the engine, end to end through `rollsweep run` (a first untimed run
     # fills the compile cache): inline threads and local dask cluster processes
@@ -230,9 +237,15 @@ def main():
                  ("local", 2, "local cluster, 2 processes x 1 thread")]
     workers_curve = []
     for executor, workers, label in executors:
-        values, seconds, _ = engine_end_to_end(text, ["final_displacement"], executor=executor, workers=workers)
+        values, seconds, _ = engine_end_to_end(text, wanted, executor=executor, workers=workers)
         record(f"engine: rollsweep run, {label}", seconds, args.points, values["final_displacement"])
         workers_curve.append((label, args.points / seconds))
+    values, seconds, _ = engine_end_to_end(lambda out: text(out, outputs=None), wanted)
+    record("engine: same (inline, 2 threads), all 6 outputs of the study", seconds, args.points,
+           values["final_displacement"])
+    values, seconds, _ = engine_end_to_end(lambda out: text(out, solver="Dopri8"), wanted)
+    record("engine: same (inline, 2 threads), solver = \"Dopri8\" in the sweep", seconds, args.points,
+           values["final_displacement"])
     shard_curve = []
     for shard_size in sorted({args.shard_size // 2, args.shard_size * 2, args.shard_size * 8}):
         _, seconds, _ = engine_end_to_end(lambda out, k=shard_size: text(out, k), [], repeat=1)
@@ -244,14 +257,14 @@ def main():
     batch = min(args.shard_size, qs.size)
     lanes_curve = []
     for lanes in (256, 1024, 4096, 8192):
-        _, seconds = best_of(lambda n=lanes: evaluate(STUDY, settings, columns, batch, lanes=n))
+        _, seconds = best_of(lambda n=lanes: evaluate(STUDY, settings, columns, batch, wanted, lanes=n))
         lanes_curve.append((lanes, args.points / seconds))
-    result, seconds = best_of(lambda: evaluate(STUDY, settings, columns, batch))
+    result, seconds = best_of(lambda: evaluate(STUDY, settings, columns, batch, wanted))
     record(f"engine: compiled calls only, one thread ({batch:,} points, lanes)", seconds, args.points,
            result.outputs["final_displacement"])
     vmap_curve = []
     for size in (256, 4096):
-        out, seconds = best_of(lambda b=size: evaluate(STUDY, settings, columns, b, lanes=0), repeat=1)
+        out, seconds = best_of(lambda b=size: evaluate(STUDY, settings, columns, b, wanted, lanes=0), repeat=1)
         vmap_curve.append((size, args.points / seconds))
     fastest_vmap = max(rate for _, rate in vmap_curve)
     record("engine: compiled calls, vmap of the point solve (no lanes)", args.points / fastest_vmap,

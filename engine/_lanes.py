@@ -8,19 +8,20 @@ one point that never converges stalls the whole batch). Here one
 lane that finishes writes its solution and takes the next point of the batch at
 once, so every lane works until the batch runs out of points.
 
-Each iteration, each lane takes exactly one step of the solver (the solver's
-Butcher tableau, and the arithmetic of diffrax's `PIDController`, on all lanes
-at once):
-
-- a regular adaptive step; if a transition's condition changed sign in an
-  accepted step, the lane does not advance but starts locating the crossing;
-- or, while locating, a re-step from the same (exact) step start to the current
-  Newton iterate for the crossing time, the slope along the flow coming from the
-  vector field at the iterate. The first iterate is the root of the cubic
-  Hermite interpolant of the condition over the step, so two re-steps usually
-  converge to rounding level. The event state is an exact solver step: accurate
-  to solver tolerance, like the state at any step end (HybridSystem.solve
-  locates the same way, by re-steps).
+Each iteration, every running lane takes one regular adaptive step (the
+solver's Butcher tableau and the arithmetic of diffrax's `PIDController`, on
+all lanes at once). A lane whose step crossed a transition's condition does not
+take it but parks. Parked and finished lanes wait for a flush, which runs when
+a quarter of the lanes wait: the parked ones, gathered into a narrow loop,
+locate their crossings; finished ones are written out and take new points.
+Locating is a Newton iteration on the crossing time by re-steps from the same
+(exact) step start, the slope along the flow coming from the vector field at
+the iterate; the first iterate is the secant root of the condition over the
+step, and two or three re-steps reach rounding level. The event state is an
+exact solver step: accurate to solver tolerance, like the state at any step end
+(HybridSystem.solve locates the same way, by re-steps). Keeping the locating
+logic out of the every-step loop keeps that loop to a plain adaptive step: the
+logic costs more than the step itself.
 
 The solution of each point is the same `HybridSolution` that HybridSystem.solve
 returns, and the tests compare the two. Differences: after an event, a segment
@@ -32,10 +33,10 @@ Layout: every lane array has the lane axis last (a state vector is a
 (components, lanes) array), and the step is written on whole lanes rather than
 as `jax.vmap` of a one-lane step. XLA:CPU then runs each operation as a
 contiguous, vectorised loop over lanes; vmap would put the lane axis first and
-loop over lanes with the few components innermost. Together with the two
-work-arounds for XLA:CPU's fusion noted in the code (`_lane_last`, the
-decisions computed once in `_Machine.advance`), this made a solver step of the
-rolling-ball sweep ~3x cheaper (benchmarks/bench_pingpong.py).
+loop over lanes with the few components innermost. Together with the
+work-arounds for XLA:CPU's fusion noted in the code (`_lane_last`, `_once`,
+`_sum_rows`), this made a solver step of the rolling-ball sweep ~3x cheaper
+(benchmarks/bench_pingpong.py).
 """
 
 import functools
@@ -151,14 +152,6 @@ def _sum_rows(x):
     return functools.reduce(jnp.add, list(x))
 
 
-def _any_rows(x):
-    return functools.reduce(jnp.logical_or, list(x))
-
-
-def _all_rows(x):
-    return functools.reduce(jnp.logical_and, list(x))
-
-
 def _record(log, index, value, when):
     """log with log[index[l], ..., l] = value[..., l] where `when[l]` (masked,
     no scatter: see _pick)."""
@@ -262,33 +255,28 @@ class _Machine:
         `lax.switch` under vmap would)."""
         return _choose(mode, [field(t, y, args) for field in self.fields])
 
-    def conditions(self, t, y, f, mode, args):
-        """Every transition's condition and its slope along the flow f at (t, y),
-        (transitions, lanes) each; a transition not leaving a lane's mode is
-        inactive there (constant)."""
+    def conditions(self, t, y, mode, args, flow=None):
+        """Every transition's condition at (t, y), (transitions, lanes); a
+        transition not leaving a lane's mode is inactive there (constant). Given
+        the flow f at (t, y), also each condition's slope along it."""
         if not self.transitions:
-            return jnp.full((1,) + t.shape, _INACTIVE, y.dtype), jnp.zeros((1,) + t.shape, y.dtype)
+            inactive = jnp.full((1,) + t.shape, _INACTIVE, y.dtype)
+            return inactive if flow is None else (inactive, jnp.zeros_like(inactive))
         values, slopes = [], []
         for source, tr in self.transitions:
-            value, slope = _per_lane(
-                lambda t, y, f, args, condition=tr.condition: jax.jvp(
-                    lambda t, y: condition(t, y, args), (t, y), (jnp.ones_like(t), f)
-                )
-            )(t, y, f, args)
             active = mode == source
+            if flow is None:
+                value = _per_lane(tr.condition)(t, y, args)
+            else:
+                value, slope = _per_lane(
+                    lambda t, y, f, args, condition=tr.condition: jax.jvp(
+                        lambda t, y: condition(t, y, args), (t, y), (jnp.ones_like(t), f)
+                    )
+                )(t, y, flow, args)
+                slopes.append(jnp.where(active, slope, 0))
             values.append(jnp.where(active, value, _INACTIVE))
-            slopes.append(jnp.where(active, slope, 0))
-        return jnp.stack(values).astype(y.dtype), jnp.stack(slopes).astype(y.dtype)
-
-    def condition_values(self, t, y, mode, args):
-        """Every transition's condition at (t, y), without slopes: (transitions, lanes)."""
-        if not self.transitions:
-            return jnp.full((1,) + t.shape, _INACTIVE, y.dtype)
-        values = []
-        for source, tr in self.transitions:
-            value = _per_lane(tr.condition)(t, y, args)
-            values.append(jnp.where(mode == source, value, _INACTIVE))
-        return jnp.stack(values).astype(y.dtype)
+        values = jnp.stack(values).astype(y.dtype)
+        return values if flow is None else (values, jnp.stack(slopes).astype(y.dtype))
 
     def crossed(self, before, after):
         """Which transitions' conditions changed sign, per lane: (transitions, lanes)."""
@@ -313,7 +301,7 @@ class _Machine:
         y0, mode, args, horizon, h = _per_lane(one)(params)
         t0 = jnp.zeros_like(horizon)
         f = self.field(t0, y0, mode, args)
-        g = self.condition_values(t0, y0, mode, args)
+        g = self.conditions(t0, y0, mode, args)
         return _Plan(y0, f, g, mode, args, horizon, h)
 
     def regular(self, s: _Lane) -> _Lane:
@@ -327,7 +315,7 @@ class _Machine:
         span = jnp.where(clipped, to_horizon, s.h)
         t1 = jnp.where(clipped, s.horizon, s.t + span)
         y1, y_error, f1 = self.step(s.t, t1, s.y, s.f, s.mode, s.args)
-        g1 = self.condition_values(t1, y1, s.mode, s.args)
+        g1 = self.conditions(t1, y1, s.mode, s.args)
         finite = jnp.all(jnp.isfinite(y1), axis=0)
         crossed = self.crossed(s.g, g1)
         keep, next_t0, next_t1 = self.adapt(s.t, t1, s.y, y1, y_error)
@@ -367,7 +355,7 @@ class _Machine:
         the earliest crossed condition."""
         t1 = s.t + s.span
         y1, _, f1 = self.step(s.t, t1, s.y, s.f, s.mode, s.args)
-        g1 = self.condition_values(t1, y1, s.mode, s.args)
+        g1 = self.conditions(t1, y1, s.mode, s.args)
         crossed = self.crossed(s.g, g1)
         roots = _secant_root(s.g, g1, s.span)
         first = jnp.argmin(jnp.where(crossed, roots, jnp.inf), axis=0)
@@ -404,7 +392,7 @@ class _Machine:
         locating = (s.status == Status.PENDING) & s.locating
         t1 = s.t + n.dt
         y1, _, f1 = self.step(s.t, t1, s.y, s.f, s.mode, s.args)
-        g1, dg1 = self.conditions(t1, y1, f1, s.mode, s.args)
+        g1, dg1 = self.conditions(t1, y1, s.mode, s.args, flow=f1)
         finite = jnp.all(jnp.isfinite(y1), axis=0)
         crossed = self.crossed(s.g, g1)
 
@@ -440,7 +428,7 @@ class _Machine:
         y_next = _choose(code, [reset(t1, y1, s.args) for reset in self.resets])
         next_mode = jnp.where(target >= 0, target, s.mode).astype(s.mode.dtype)
         f_next = self.field(t1, y_next, next_mode, s.args)
-        g_next = self.condition_values(t1, y_next, next_mode, s.args)
+        g_next = self.conditions(t1, y_next, next_mode, s.args)
         reset_finite = jnp.all(jnp.isfinite(y_next), axis=0)
         goes_on = located & (target >= 0) & reset_finite & (s.events + 1 < settings.max_segments)
         goes_on, located, switch, creep, lost = _once(locating, (goes_on, located, switch, creep, lost))

@@ -33,6 +33,20 @@ def test_lanes_agree_with_the_per_point_solve(lanes):
     assert np.all(np.abs(on_lanes.num_steps - per_point.num_steps) <= 4)
 
 
+def test_lanes_that_reach_crossings_together_take_turns_to_locate_them():
+    """Identical points reach each crossing in the same step: every lane parks at
+    once, but a flush locates at most a quarter of them; the rest wait for later
+    flushes and must come out the same."""
+    q = np.full(24, 1.3)
+    on_lanes = evaluate(STUDY, SETTINGS, _columns(q), batch_size=24, lanes=8)
+    per_point = evaluate(STUDY, SETTINGS, _columns(q[:1]), batch_size=1, lanes=0)
+    np.testing.assert_array_equal(on_lanes.status, Status.SUCCESS)
+    np.testing.assert_array_equal(on_lanes.num_events, 2)
+    for name, value in per_point.outputs.items():
+        np.testing.assert_array_equal(on_lanes.outputs[name], on_lanes.outputs[name][0], err_msg=name)
+        np.testing.assert_allclose(on_lanes.outputs[name][0], value[0], rtol=1e-9, atol=1e-11, err_msg=name)
+
+
 def test_a_failing_point_does_not_hold_back_the_others():
     """One point runs out of steps; the other lanes keep taking points meanwhile."""
     q = np.linspace(0.2, 3.0, 40)
