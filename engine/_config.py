@@ -262,9 +262,10 @@ class _Checker:
         steps = np.diff(values)
         if len(values) > 1 and not (np.all(steps > 0) or np.all(steps < 0)):
             self.fail(key, "values must be strictly increasing or strictly decreasing")
-        for i, v in enumerate(values):
-            if not known[name].admits(v):
-                self.fail(key, f"value {v!r} (index {i}) is outside the allowed range {known[name].domain}")
+        outside = np.flatnonzero(~known[name].admitted(values))
+        if outside.size:
+            i = int(outside[0])
+            self.fail(key, f"value {values[i]!r} (index {i}) is outside the allowed range {known[name].domain}")
         return Axis(name, values, spec)
 
     def outputs(self, doc, study) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 ENTRY_POINT_GROUP = "rollsweep.studies"
 
@@ -27,9 +28,13 @@ class Interval:
     upper_open: bool = False
 
     def __contains__(self, value: float) -> bool:
-        above = value > self.lower if self.lower_open else value >= self.lower
-        below = value < self.upper if self.upper_open else value <= self.upper
-        return bool(above and below)
+        return bool(self.holds(value))
+
+    def holds(self, values):
+        """Elementwise membership (numbers or arrays; NaN is never inside)."""
+        above = values > self.lower if self.lower_open else values >= self.lower
+        below = values < self.upper if self.upper_open else values <= self.upper
+        return above & below
 
     def __str__(self) -> str:
         left = "(" if self.lower_open else "["
@@ -54,7 +59,13 @@ class Parameter:
             raise ValueError(f"default of {self.name!r} lies outside {self.allowed}")
 
     def admits(self, value: float) -> bool:
-        return value in self.allowed and (not self.integer or float(value).is_integer())
+        return bool(self.admitted(np.asarray(value, dtype=float)))
+
+    def admitted(self, values: np.ndarray) -> np.ndarray:
+        """Elementwise admits, for a whole axis at once (a 10^5-value axis
+        checked value by value cost ~0.1 s of every run)."""
+        inside = self.allowed.holds(values)
+        return inside & np.isfinite(values) & (values == np.round(values)) if self.integer else inside
 
     @property
     def domain(self) -> str:

@@ -86,3 +86,28 @@ def test_good_config_validates_with_cost_estimate(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "grid points      11" in out and "shards           3 of up to 4 points" in out
     assert not (tmp_path / "c.zarr").exists()
+
+
+def test_whole_axis_check_agrees_with_value_by_value():
+    """Parameter.admitted (a whole axis at once) against a plain Python check of
+    each value: at the bounds, for NaN and infinities, for whole-number parameters."""
+    import math
+
+    import numpy as np
+
+    from engine._study import Interval, Parameter
+
+    def plain(v, a, integer):
+        above = v > a.lower if a.lower_open else v >= a.lower
+        below = v < a.upper if a.upper_open else v <= a.upper
+        return above and below and (not integer or (math.isfinite(v) and float(v).is_integer()))
+
+    values = np.array([-np.inf, -1.0, 0.0, 0.5, 1.0, 2.0, 2.5, np.inf, np.nan])
+    for allowed in (Interval(0, 2), Interval(0, 2, lower_open=True, upper_open=True), Interval()):
+        for integer in (False, True):
+            p = Parameter("p", "", 1.0, allowed, "test", integer=integer)
+            expected = [plain(float(v), allowed, integer) for v in values]
+            np.testing.assert_array_equal(p.admitted(values), expected)
+            assert [p.admits(v) for v in values] == expected
+    assert list(Parameter("k", "", 1.0, Interval(0, 5), "", integer=True).admitted(values)) == [
+        False, False, True, False, True, True, False, False, False]

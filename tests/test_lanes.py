@@ -96,3 +96,24 @@ def test_the_earliest_of_several_crossings_fires_at_its_closed_form_time():
     np.testing.assert_array_equal(np.asarray(sol.event_code[:, 0]), 1)
     np.testing.assert_allclose(np.asarray(sol.t), np.asarray(expected), rtol=1e-12)
     np.testing.assert_allclose(np.asarray(sol.event_y[:, 0, 0]), 1.0, atol=1e-12)
+
+
+def test_row_helpers_match_numpy_reductions():
+    """The lanes' reductions over a few rows (written as row chains for XLA:CPU)
+    agree with numpy's, ties and all-false columns included."""
+    from engine._lanes import _all_rows, _any_rows, _argmin_rows, _first_true, _select, _sum_squares
+
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 3, size=(4, 64)).astype(float)  # small integers: many ties
+    x[:, :4] = np.inf  # columns with nothing finite
+    flags = rng.random((3, 64)) < 0.3
+    np.testing.assert_array_equal(_argmin_rows(jnp.asarray(x)), np.argmin(x, axis=0))
+    np.testing.assert_array_equal(_first_true(jnp.asarray(flags)), np.argmax(flags, axis=0))
+    np.testing.assert_array_equal(_any_rows(jnp.asarray(flags)), flags.any(axis=0))
+    np.testing.assert_array_equal(_all_rows(jnp.asarray(flags)), flags.all(axis=0))
+    np.testing.assert_allclose(_sum_squares(jnp.asarray(x[:, 4:])), (x[:, 4:] ** 2).sum(axis=0))
+    choices = [np.full(64, 10.0), np.full(64, 20.0), np.full(64, 30.0)]
+    np.testing.assert_array_equal(
+        _select(list(jnp.asarray(flags)), [jnp.asarray(c) for c in choices], jnp.zeros(64)),
+        np.select(list(flags), choices, 0.0),
+    )

@@ -14,7 +14,7 @@ import pytest
 from engine import SolverSettings
 from engine._evaluate import evaluate
 from studies.pingpong import STUDY
-from studies.pingpong._model import SYSTEM
+from studies.pingpong._model import SYSTEM, coefficients
 
 import pingpong_closed_form as cf
 from conftest import PINGPONG_DEFAULTS
@@ -83,7 +83,7 @@ def test_phase1_trajectory_matches_closed_form(q, beta):
     slide = SYSTEM.modes[0].vector_field
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(lambda t, y, a: slide(t, y, a)), diffrax.Dopri8(), 0.0, t_star, None, y0,
-        args={k: jnp.asarray(v) for k, v in p.items()}, saveat=diffrax.SaveAt(ts=ts),
+        args=coefficients({k: jnp.asarray(v) for k, v in p.items()}), saveat=diffrax.SaveAt(ts=ts),
         stepsize_controller=diffrax.PIDController(rtol=1e-12, atol=1e-14),
     )
     expected = np.array([cf.phase1_state(float(t), p) for t in ts])
@@ -98,7 +98,7 @@ def test_event_state_is_exact_not_interpolated():
     """
     p = dict(PINGPONG_DEFAULTS, spin_ratio=2.0)
     y0 = jnp.array([0.0, 1.0, 0.0, -2.0 / 0.02, 0.0])
-    sol = SYSTEM.solve(y0, 0, {k: jnp.asarray(v) for k, v in p.items()},
+    sol = SYSTEM.solve(y0, 0, coefficients({k: jnp.asarray(v) for k, v in p.items()}),
                        SolverSettings(solver="Dopri8", rtol=1e-10, atol=1e-12))
     t_star = cf.slide_end_time(p)
     assert abs(float(sol.event_t[0]) - t_star) < 1e-12

@@ -16,25 +16,39 @@ from engine import HybridPoint, HybridSystem, Mode, PointResult, Start, Status, 
 SLIDE, ROLL = 0, 1
 
 
-def _slide(t, y, p):
-    """Eq. (2): slip s > 0, friction mu N acts backward on the ball."""
+def coefficients(p):
+    """The constant coefficients of eqs. (2) and (7), from the parameters: the
+    arguments of the vector fields. Computed once per point, not at each of the
+    few hundred evaluations of the field (a quarter of a solver step's time)."""
     g, r, mu, delta, beta = p["gravity"], p["radius"], p["friction"], p["rolling_resistance"], p["drag"]
+    return {
+        "radius": r,
+        "slide_drag": 2 * beta,
+        "slide_friction": mu * g,
+        "slide_spin": 1.5 * (mu * r - delta) * g / r**2,
+        "roll_drag": 1.2 * beta,
+        "roll_resistance": 0.6 * g * delta / r,
+    }
+
+
+def _slide(t, y, c):
+    """Eq. (2): slip s > 0, friction mu N acts backward on the ball:
+    x'' = -2 beta xdot - mu g, theta'' = (3/2) (mu r - delta) g / r^2."""
     _, xdot, _, thetadot, _ = y
-    xddot = -2 * beta * xdot - mu * g
-    thetaddot = 1.5 * (mu * r - delta) * g / r**2
-    return jnp.stack([xdot, xddot, thetadot, thetaddot, jnp.zeros_like(xdot)])
+    xddot = -c["slide_drag"] * xdot - c["slide_friction"]
+    return jnp.stack([xdot, xddot, thetadot, jnp.full_like(xdot, c["slide_spin"]), jnp.zeros_like(xdot)])
 
 
-def _rolling_acceleration(xdot, lam, p):
+def _rolling_acceleration(xdot, lam, c):
     """Eq. (7): x'' = -(6/5) beta xdot - (3/5) g lam delta / r."""
-    g, r, delta, beta = p["gravity"], p["radius"], p["rolling_resistance"], p["drag"]
-    return -1.2 * beta * xdot - 0.6 * g * lam * delta / r
+    return -c["roll_drag"] * xdot - lam * c["roll_resistance"]
 
 
-def _roll(t, y, p):
+def _roll(t, y, c):
+    """Eq. (7), rolling without slip: theta'' = x'' / r."""
     _, xdot, _, thetadot, lam = y
-    xddot = _rolling_acceleration(xdot, lam, p)
-    return jnp.stack([xdot, xddot, thetadot, xddot / p["radius"], jnp.zeros_like(xdot)])
+    xddot = _rolling_acceleration(xdot, lam, c)
+    return jnp.stack([xdot, xddot, thetadot, xddot / c["radius"], jnp.zeros_like(xdot)])
 
 
 def slip(t, y, p):
@@ -63,7 +77,7 @@ SYSTEM = HybridSystem(
 
 def rolling_friction(xdot, lam, p):
     """Friction force per unit mass needed to keep rolling: F/m = (2/3) x'' + lam delta g / r."""
-    xddot = _rolling_acceleration(xdot, lam, p)
+    xddot = _rolling_acceleration(xdot, lam, coefficients(p))
     return (2.0 / 3.0) * xddot + lam * p["rolling_resistance"] * p["gravity"] / p["radius"]
 
 
@@ -72,7 +86,7 @@ def _start(p, settings):
     thetadot0 = -p["spin_ratio"] * v0 / r  # backspin: spin ratio q = |r thetadot0 / v0|
     y0 = jnp.stack([0.0, v0, 0.0, thetadot0, 0.0]).astype(jnp.dtype(settings.dtype))
     # Spin ratio >= 0 and v0 > 0 give slip v0 (1 + q) > 0: the ball always starts sliding.
-    return Start(y0, SLIDE, p)
+    return Start(y0, SLIDE, coefficients(p))
 
 
 def _finish(p, sol, settings):
