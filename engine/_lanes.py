@@ -119,6 +119,25 @@ def _secant_root(a, b, span):
     return jnp.clip(span * a / jnp.where(a == b, 1.0, a - b), 0.0, span)
 
 
+def _hermite_root(a, da, b, db, span, iterations=4):
+    """Root in [0, span] of the cubic through (0, a) and (span, b) with slopes da
+    and db there: the secant root refined by Newton steps on the cubic (no
+    re-steps). Its error is O(span^4) against the secant's O(span^2), which
+    saves the locating Newton iteration about one and a half re-steps per
+    crossing. Only a starting guess: the located crossing does not depend on
+    it beyond rounding (the search is bracketed)."""
+    u0, u1 = da * span, db * span  # slopes in the step's unit time
+    theta = _secant_root(a, b, 1.0)
+    for _ in range(iterations):
+        # Hermite basis: p = h00 a + h10 u0 + h01 b + h11 u1
+        t2, t3 = theta * theta, theta * theta * theta
+        value = (2 * t3 - 3 * t2 + 1) * a + (t3 - 2 * t2 + theta) * u0 + (3 * t2 - 2 * t3) * b + (t3 - t2) * u1
+        slope = (6 * t2 - 6 * theta) * (a - b) + (3 * t2 - 4 * theta + 1) * u0 + (3 * t2 - 2 * theta) * u1
+        step = value / jnp.where(slope != 0, slope, 1.0)
+        theta = jnp.where(jnp.isfinite(step), jnp.clip(theta - step, 0.0, 1.0), theta)
+    return span * theta
+
+
 def _rows_of(x):
     """A lane-last array as a list of its rows (lanes,), in row-major order."""
     return [x[index] for index in np.ndindex(x.shape[:-1])]
@@ -401,13 +420,14 @@ class _Machine:
     def start_locating(self, s: _Lane, active) -> _Search:
         """Lanes parked at a crossing, where `active`, start locating it: the step
         over [t, t + span] is taken again (the same arithmetic, the same result) for
-        the conditions at its end; the first Newton iterate is the secant root of
-        the earliest crossed condition."""
+        the conditions at its end; the first Newton iterate is the root of the
+        earliest crossed condition's cubic interpolant over the step."""
         t1 = s.t + s.span
         y1, _, f1 = self.step(s.t, t1, s.y, s.f, s.mode, s.args)
-        g1 = self.conditions(t1, y1, s.mode, s.args)
+        g1, dg1 = self.conditions(t1, y1, s.mode, s.args, flow=f1)
+        _, dg0 = self.conditions(s.t, s.y, s.mode, s.args, flow=s.f)
         crossed = self.crossed(s.g, g1)
-        roots = _secant_root(s.g, g1, s.span)
+        roots = _hermite_root(s.g, dg0, g1, dg1, s.span)
         first = _argmin_rows(jnp.where(crossed, roots, jnp.inf))
         # Should rounding differ from the first time and nothing cross, the step
         # (accepted then) is taken.

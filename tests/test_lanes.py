@@ -117,3 +117,26 @@ def test_row_helpers_match_numpy_reductions():
         _select(list(jnp.asarray(flags)), [jnp.asarray(c) for c in choices], jnp.zeros(64)),
         np.select(list(flags), choices, 0.0),
     )
+
+
+def test_hermite_start_is_exact_for_cubics_and_close_for_smooth_conditions():
+    """The first guess for a crossing (cubic through both step ends and their
+    slopes): exact for a cubic condition, O(span^4) for a smooth one, and in the
+    step for a condition that is not monotone over it."""
+    from engine._lanes import _hermite_root
+
+    def guess(g, dg, span):
+        return float(_hermite_root(jnp.asarray(g(0.0)), jnp.asarray(dg(0.0)), jnp.asarray(g(span)),
+                                   jnp.asarray(dg(span)), jnp.asarray(span)))
+
+    root = 0.3
+    cubic, dcubic = (lambda t: (t - root) * (1 + t * t)), (lambda t: 1 + 3 * t * t - 2 * root * t)
+    assert abs(guess(cubic, dcubic, 1.0) - root) < 1e-12
+    # v(t) of a rolling ball with drag, stopping at ln(2) / k: errors shrink as span^4
+    k = 0.7
+    speed, dspeed = (lambda t: 2 * np.exp(-k * t) - 1), (lambda t: -2 * k * np.exp(-k * t))
+    stop = np.log(2) / k
+    errors = [abs(guess(speed, dspeed, span) - stop) for span in (2.0, 1.0)]
+    assert errors[0] < 0.05 and errors[1] < errors[0] / 16
+    # a parabola crossing zero twice: the guess stays inside the step
+    assert 0.0 <= guess(lambda t: (t - 0.2) * (0.9 - t), lambda t: 1.1 - 2 * t, 1.0) <= 1.0
