@@ -83,7 +83,7 @@ def sweep_text(study, axes, *, out, outputs=None, parameters=None, solver=None, 
     return "\n".join(lines) + "\n"
 
 
-def engine_end_to_end(make_text, variables, repeat=2, warmup=True, executor="inline", workers=None):
+def engine_end_to_end(make_text, variables, repeat=3, warmup=True, executor="inline", workers=None):
     """`rollsweep run` of the sweep `make_text(out)` into a temporary zarr store.
 
     Returns ({variable: values of the cube}, seconds of the fastest of `repeat`

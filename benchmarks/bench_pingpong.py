@@ -232,19 +232,23 @@ def main():
 
     # ---- the engine, end to end through `rollsweep run` (a first untimed run
     # fills the compile cache): inline threads and local dask cluster processes
-    executors = [("inline", 2, "inline, 2 threads (default)"), ("inline", 1, "inline, 1 thread"),
-                 ("local", 1, "local cluster, 1 process x 2 threads (default)"),
-                 ("local", 2, "local cluster, 2 processes x 1 thread")]
+    from engine._execute import cores, default_workers
+
+    threads = default_workers("inline")
+    executors = [("inline", None, f"inline, {threads} threads (default)"),
+                 ("inline", cores(), f"inline, {cores()} threads (one per core)"), ("inline", 1, "inline, 1 thread"),
+                 ("local", 1, f"local cluster, 1 process x {cores()} threads (default)"),
+                 ("local", cores(), f"local cluster, {cores()} processes x 1 thread")]
     workers_curve = []
     for executor, workers, label in executors:
         values, seconds, _ = engine_end_to_end(text, wanted, executor=executor, workers=workers)
         record(f"engine: rollsweep run, {label}", seconds, args.points, values["final_displacement"])
         workers_curve.append((label, args.points / seconds))
     values, seconds, _ = engine_end_to_end(lambda out: text(out, outputs=None), wanted)
-    record("engine: same (inline, 2 threads), all 6 outputs of the study", seconds, args.points,
+    record(f"engine: same (inline, {threads} threads), all 6 outputs of the study", seconds, args.points,
            values["final_displacement"])
     values, seconds, _ = engine_end_to_end(lambda out: text(out, solver="Dopri8"), wanted)
-    record("engine: same (inline, 2 threads), solver = \"Dopri8\" in the sweep", seconds, args.points,
+    record(f"engine: same (inline, {threads} threads), solver = \"Dopri8\" in the sweep", seconds, args.points,
            values["final_displacement"])
     shard_curve = []
     for shard_size in sorted({args.shard_size // 2, args.shard_size * 2, args.shard_size * 8}):

@@ -56,3 +56,20 @@ def test_a_batch_too_large_for_the_device_is_refused_naming_the_key(gpu_16gib):
     with pytest.raises(ConfigError, match=r"run\.batch_size.*device has 16\.0 GiB; lower batch_size"):
         cost.check_memory(big)
     cost.check_memory(sweep("bicycle", 10**6, 10**6, batch_size=10**4))  # 0.6 GiB: fits
+
+
+def test_default_threads_follow_the_device(monkeypatch, gpu_16gib):
+    """On an accelerator, a run's default shard threads share the one device: few
+    enough that their calls fit in its memory (16 cores would otherwise mean 16
+    calls of a quarter of it each). On CPU: two per core."""
+    import engine._execute as execute
+
+    monkeypatch.setattr(execute, "cores", lambda: 16)
+    threads = execute.default_workers("inline")
+    assert threads == execute.ACCELERATOR_THREADS < cost.DEVICE_SHARE
+    assert execute.worker_threads(1) == execute.ACCELERATOR_THREADS
+    for executor in ("inline", "local"):  # the default sweep fits as it runs
+        workers = execute.default_workers(executor)
+        cost.check_memory(sweep("pingpong", 10**6, 10**5), execute.in_flight(executor, workers))
+    monkeypatch.setattr(cost, "accelerator_memory", lambda: None)
+    assert execute.default_workers("inline") == execute.THREADS_PER_CORE * 16
