@@ -140,3 +140,22 @@ def test_hermite_start_is_exact_for_cubics_and_close_for_smooth_conditions():
     assert errors[0] < 0.05 and errors[1] < errors[0] / 16
     # a parabola crossing zero twice: the guess stays inside the step
     assert 0.0 <= guess(lambda t: (t - 0.2) * (0.9 - t), lambda t: 1.1 - 2 * t, 1.0) <= 1.0
+
+
+@pytest.mark.parametrize("dtype, span, tolerance", [(np.float64, 250, 1e-14), (np.float32, 30, 2e-6)])
+def test_step_size_root_matches_the_power_it_replaces(dtype, span, tolerance):
+    """The controller's (1 / error)^(1/5), without pow: to rounding over errors
+    of 10^-span .. 10^span (x ** -0.2 itself is off by |ln x| 1e-17: -0.2 is
+    rounded), and beyond them, up to the type's limits, far past
+    where the step-size factor is clipped (to [0.2, 10]); 0, inf and NaN."""
+    from engine._lanes import _inverse_root
+
+    x = np.logspace(-span, span, 4001).astype(dtype)
+    got = np.asarray(_inverse_root(jnp.asarray(x), 5))
+    np.testing.assert_allclose(got, x.astype(np.float64) ** -0.2, rtol=tolerance)
+    info = np.finfo(dtype)
+    tiny, huge = np.asarray(_inverse_root(jnp.asarray(np.array([info.tiny, info.max], dtype)), 5))
+    assert tiny > 1e5 and huge < 1e-5
+    edge = np.asarray(_inverse_root(jnp.asarray(np.array([0.0, np.inf, np.nan], dtype)), 5))
+    assert edge[0] == np.inf and edge[1] == 0.0 and np.isnan(edge[2])
+    assert np.asarray(_inverse_root(jnp.asarray(np.array([32.0, 1.0], dtype)), 5)).tolist() == [0.5, 1.0]
