@@ -14,8 +14,8 @@ import time
 
 from tqdm.auto import tqdm
 
-from ._config import Sweep, parse_sweep
 from . import _cost
+from ._config import Sweep, parse_sweep
 from ._cost import check_memory, layouts
 from ._cube import CRITICAL, GRID, done_shards, locked, prepare, slurm_folder
 from ._jax_setup import SINGLE_THREAD_XLA, configure
