@@ -137,6 +137,12 @@ def estimate(sweep: Sweep, workers: int = 1) -> Cost:
     )
 
 
+def fits_in_memory(sweep: Sweep, workers: int) -> bool:
+    """Whether `workers` of the sweep's shards at a time fit the host memory budget."""
+    cost = estimate(sweep, workers)
+    return cost.shard_bytes <= cost.memory_budget
+
+
 def check_memory(sweep: Sweep, workers: int = 1) -> Cost:
     """Refuse a sweep whose shards (`workers` of them at once) would not fit in
     host memory, or whose compiled calls would not fit in the accelerator's."""

@@ -65,17 +65,23 @@ THREADS_PER_CORE = 2
 ACCELERATOR_THREADS = 2
 
 
-def default_workers(executor: str) -> int:
+def default_workers(executor: str, sweep: Sweep | None = None) -> int:
     """Inline: THREADS_PER_CORE threads per core (ACCELERATOR_THREADS on an
-    accelerator). Local cluster: one worker process, which runs a shard per core on
-    threads. A compiled call releases the GIL, so threads of one process keep the
-    cores busy and share one compiled program (and one device); each further
-    process starts, imports and loads the program again. Measured on 2 cores,
-    300k-point pingpong sweep: one process with 1 thread 26k points/s, with 2
-    threads 42k points/s."""
+    accelerator), or one per core where `sweep`'s shards would not fit in memory
+    that many at a time. Local cluster: one worker process, which runs a shard per
+    core on threads. A compiled call releases the GIL, so threads of one process
+    keep the cores busy and share one compiled program (and one device); each
+    further process starts, imports and loads the program again. Measured on 2
+    cores, 300k-point pingpong sweep: one process with 1 thread 26k points/s, with
+    2 threads 42k points/s."""
     if executor != "inline":
         return 1
-    return ACCELERATOR_THREADS if _cost.accelerator_memory() is not None else THREADS_PER_CORE * cores()
+    if _cost.accelerator_memory() is not None:
+        return ACCELERATOR_THREADS
+    threads = THREADS_PER_CORE * cores()
+    if sweep is not None and not _cost.fits_in_memory(sweep, threads):
+        return cores()  # large shards: the extra threads would only cost memory
+    return threads
 
 
 def worker_threads(workers: int) -> int:
@@ -148,7 +154,7 @@ def run(
         from ._slurm import resolve
 
         resources = resolve(sweep.slurm, slurm or {}, sweep.file)
-    workers = workers or sweep.workers or default_workers(executor)
+    workers = workers or sweep.workers or default_workers(executor, sweep)
     check_memory(sweep, in_flight(executor, workers))
     configure()
     path = sweep.out

@@ -73,3 +73,20 @@ def test_default_threads_follow_the_device(monkeypatch, gpu_16gib):
         cost.check_memory(sweep("pingpong", 10**6, 10**5), execute.in_flight(executor, workers))
     monkeypatch.setattr(cost, "accelerator_memory", lambda: None)
     assert execute.default_workers("inline") == execute.THREADS_PER_CORE * 16
+
+
+def test_large_shards_run_one_thread_per_core_by_default(monkeypatch):
+    """Two threads per core only where their shards fit in memory: a sweep whose
+    shards fit one per core still runs with the default, as it did before."""
+    import engine._execute as execute
+
+    monkeypatch.setattr(cost, "accelerator_memory", lambda: None)
+    monkeypatch.setattr(execute, "cores", lambda: 2)
+    big = sweep("bicycle", 10**6, 10**5)
+    shard = cost.estimate(big, 1).shard_bytes
+    # host memory for two such shards at a time (budget: half of it, shared out)
+    monkeypatch.setattr(cost.psutil, "virtual_memory", lambda: type("Memory", (), {"total": 4 * shard + 1})())
+    assert execute.default_workers("inline", big) == 2
+    cost.check_memory(big, execute.in_flight("inline", 2))
+    small = sweep("bicycle", 10**6, 10**3)
+    assert execute.default_workers("inline", small) == execute.THREADS_PER_CORE * 2
