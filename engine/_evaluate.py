@@ -31,9 +31,8 @@ class Evaluation:
 def _in_range(study: Study, params):
     ok = jnp.asarray(True)
     for p in study.parameters:
-        x, a = params[p.name], p.allowed
-        ok &= (x > a.lower) if a.lower_open else (x >= a.lower)
-        ok &= (x < a.upper) if a.upper_open else (x <= a.upper)
+        x = params[p.name]
+        ok &= p.allowed.holds(x)
         if p.integer:
             ok &= x == jnp.round(x)
     return ok

@@ -16,8 +16,9 @@ half of the lanes wait: the parked ones, gathered into a narrow loop,
 locate their crossings; finished ones are written out and take new points.
 Locating is a Newton iteration on the crossing time by re-steps from the same
 (exact) step start, the slope along the flow coming from the vector field at
-the iterate; the first iterate is the secant root of the condition over the
-step, and two or three re-steps reach rounding level. The event state is an
+the iterate; the first iterate is the root of the cubic through the
+condition's values and slopes at the step's ends, and three re-steps reach
+rounding level. The event state is an
 exact solver step: accurate to solver tolerance, like the state at any step end
 (HybridSystem.solve locates the same way, by re-steps). Keeping the locating
 logic out of the every-step loop keeps that loop to a plain adaptive step: the
@@ -304,8 +305,9 @@ class _Machine:
         """diffrax's PIDController.adapt_step_size, lane-wise: accept the step
         [t0, t1]?, and the next step's (t0, t1).
 
-        The same arithmetic, for the integral-only control that
-        SolverSettings.make_controller sets up (which needs no controller state).
+        The same arithmetic (its fractional power to rounding, see _inverse_root),
+        for the integral-only control that SolverSettings.make_controller sets up
+        (which needs no controller state).
         diffrax's own, vmapped, moves the lane axis first (see _Machine).
         """
         c = self.controller
