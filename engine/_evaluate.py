@@ -70,7 +70,8 @@ def _per_point(study: Study, settings: SolverSettings, selected: tuple[str, ...]
         safe, in_range = _safe(study, dtype, params)
         return _masked(study, dtype, selected, study.solve_point(safe, settings), in_range)
 
-    return jax.vmap(run)
+    # Lockstep: every row of a batch is solved, padding included (count unused).
+    return lambda params, count: jax.vmap(run)(params)
 
 
 def _on_lanes(study: Study, settings: SolverSettings, selected: tuple[str, ...], lanes: int):
@@ -78,9 +79,9 @@ def _on_lanes(study: Study, settings: SolverSettings, selected: tuple[str, ...],
     dtype = jnp.dtype(settings.dtype)
     point = study.solve_point
 
-    def run(params):
+    def run(params, count):
         safe, in_range = jax.vmap(lambda p: _safe(study, dtype, p))(params)
-        solutions = solve_batch(point, safe, settings, lanes)
+        solutions = solve_batch(point, safe, settings, lanes, count)
         results = jax.vmap(lambda p, sol: point.finish(p, sol, settings))(safe, solutions)
         return jax.vmap(lambda r, ok: _masked(study, dtype, selected, r, ok))(results, in_range)
 
@@ -116,7 +117,7 @@ def evaluate(
         # Pad with copies of the batch's first point: same compiled shape every call.
         take = np.concatenate([np.arange(start, stop), np.full(batch_size - (stop - start), start)])
         batch = {k: v[take] for k, v in columns.items()}
-        pieces.append((stop - start, fn(batch)))
+        pieces.append((stop - start, fn(batch, np.int32(stop - start))))
     outs = {k: [] for k in selected}
     status, steps, events = [], [], []
     for count, (o, s, st, ev) in pieces:  # device -> host after all batches are queued

@@ -61,6 +61,22 @@ def test_a_failing_point_does_not_hold_back_the_others():
     assert np.all(result.status[others] == Status.SUCCESS)
 
 
+def test_padding_past_count_is_not_solved_and_the_rest_is_unchanged():
+    """A short last batch is padded to the compiled shape: the padding rows are
+    not solved (no steps, still pending) and the real points come out exactly as
+    in a batch of their own."""
+    point = _projectile()
+    v = jnp.linspace(5.0, 20.0, 11)
+    params = {"v": v, "g": jnp.full(v.shape, 9.81)}
+    solve = jax.jit(lambda p, count: solve_batch(point, p, SETTINGS, 4, count))
+    full, short = solve(params, 11), solve(params, 6)
+    np.testing.assert_array_equal(np.asarray(short.t[:6]), np.asarray(full.t[:6]))
+    np.testing.assert_array_equal(np.asarray(short.num_steps[:6]), np.asarray(full.num_steps[:6]))
+    np.testing.assert_array_equal(np.asarray(short.status[6:]), Status.PENDING)
+    np.testing.assert_array_equal(np.asarray(short.num_steps[6:]), 0)
+    assert np.all(np.asarray(full.num_steps) > 0)
+
+
 def _projectile():
     """A ball thrown up from height 2, over a ledge at height 1 and a floor: two
     transitions in one mode. A parabola is integrated exactly, so steps grow long
