@@ -3,9 +3,11 @@
 Spin ratio 0.2..3.0, rtol 1e-10, atol 1e-12, float64, both phases (slide, roll
 to rest). Prints points per second, the ratio to the engine (end to end), and
 the largest final-displacement error against the closed form, per method; then
-the engine's scaling over executors/workers and lanes, and what one point that
-never finishes costs its batch. Run: `make bench` (or python
-benchmarks/bench_pingpong.py --points N). Times are the best of a few runs.
+the engine's scaling over executors/workers and lanes, what one point that
+never finishes costs its batch, and the engine against numba run in turns
+(their ratio, where the machine's drift over minutes cancels). Run: `make
+bench` (or python benchmarks/bench_pingpong.py --points N). Times are the best
+of a few runs.
 """
 
 import argparse
@@ -208,10 +210,11 @@ def main():
     parser.add_argument("--points", type=int, default=200_000)
     parser.add_argument("--scipy-points", type=int, default=200)
     parser.add_argument("--shard-size", type=int, default=8192)
+    parser.add_argument("--pairs", type=int, default=7, help="engine and numba runs in turns, for their ratio")
     parser.add_argument("--quick", action="store_true", help="20,000 points, a smoke test")
     args = parser.parse_args()
     if args.quick:
-        args.points, args.scipy_points, args.shard_size = 20_000, 20, 8192
+        args.points, args.scipy_points, args.shard_size, args.pairs = 20_000, 20, 8192, 2
     qs = np.linspace(0.2, 3.0, args.points)
     exact = np.array([cf.final_displacement(P, spin_ratio=q) for q in qs])
     rows = []
@@ -310,11 +313,18 @@ def main():
     record("same, chunks of 250 sorted points", seconds, args.points, x)
 
     numba_fn = numba_sweep()
+    paired = []
     if numba_fn is None:
         print("numba not installed: pip install numba (its baseline is skipped)")
     else:
         x, seconds = best_of(lambda: numba_fn(qs))
         record(f"numba hand-written Dormand-Prince, {numba.get_num_threads()} threads", seconds, args.points, x)
+        # The rows above are minutes apart, and this machine's speed drifts over
+        # minutes: the engine (end to end, default executor) and numba, in turns.
+        for _ in range(args.pairs):
+            _, engine_seconds, _ = engine_end_to_end(text, [], repeat=1, warmup=False)
+            _, numba_seconds = best_of(lambda: numba_fn(qs), repeat=1, warmup=False)
+            paired.append(numba_seconds / engine_seconds)
 
     engine_row = rows[0][0]
     print_table(
@@ -330,6 +340,9 @@ def main():
     print(scaling_line("vmap of the point solve by batch size", vmap_curve))
     print("one never-finishing point in a batch of 4096, time against a clean batch: "
           + ", ".join(f"{label}: {r:.2f}x" for label, r in stall.items()))
+    if paired:
+        print(f"engine end to end vs numba, {len(paired)} runs each in turns (points/s ratio): median "
+              f"{np.median(paired):.2f}, range {min(paired):.2f}-{max(paired):.2f}")
 
 
 if __name__ == "__main__":
