@@ -2,7 +2,8 @@
 
 Every call uses the same batch shape (the last batch is padded), so one compiled
 program serves every shard: results cannot depend on the shard size, and there
-is a single compilation per worker.
+is a single compilation per worker. On refilling lanes the padding is not
+solved (each call is told how many of its points are real).
 """
 
 import dataclasses
