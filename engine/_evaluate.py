@@ -72,7 +72,7 @@ def _per_point(study: Study, settings: SolverSettings, selected: tuple[str, ...]
         return _masked(study, dtype, selected, study.solve_point(safe, settings), in_range)
 
     # Lockstep: every row of a batch is solved, padding included (count unused).
-    return lambda params, count: jax.vmap(run)(params)
+    return lambda params, count=None: jax.vmap(run)(params)
 
 
 def _on_lanes(study: Study, settings: SolverSettings, selected: tuple[str, ...], lanes: int):
@@ -80,7 +80,7 @@ def _on_lanes(study: Study, settings: SolverSettings, selected: tuple[str, ...],
     dtype = jnp.dtype(settings.dtype)
     point = study.solve_point
 
-    def run(params, count):
+    def run(params, count=None):
         safe, in_range = jax.vmap(lambda p: _safe(study, dtype, p))(params)
         solutions = solve_batch(point, safe, settings, lanes, count)
         results = jax.vmap(lambda p, sol: point.finish(p, sol, settings))(safe, solutions)
