@@ -32,10 +32,7 @@ class Evaluation:
 def _in_range(study: Study, params):
     ok = jnp.asarray(True)
     for p in study.parameters:
-        x = params[p.name]
-        ok &= p.allowed.holds(x)
-        if p.integer:
-            ok &= x == jnp.round(x)
+        ok &= p.admitted(params[p.name], jnp)
     return ok
 
 

@@ -127,8 +127,8 @@ def _hermite_root(a, da, b, db, span, iterations=4):
     """Root in [0, span] of the cubic through (0, a) and (span, b) with slopes da
     and db there: the secant root refined by Newton steps on the cubic (no
     re-steps). Its error is O(span^4) against the secant's O(span^2), which
-    saves the locating Newton iteration about one and a half re-steps per
-    crossing. Only a starting guess: the located crossing does not depend on
+    saved about half a re-step per crossing on the rolling ball (3 instead of
+    3.5, +12% compiled calls). Only a starting guess: the located crossing does not depend on
     it beyond rounding (the search is bracketed)."""
     u0, u1 = da * span, db * span  # slopes in the step's unit time
     theta = _secant_root(a, b, 1.0)

@@ -51,16 +51,17 @@ def _roll(t, y, c):
     return jnp.stack([xdot, xddot, thetadot, xddot / c["radius"], jnp.zeros_like(xdot)])
 
 
-def slip(t, y, p):
-    """Velocity of the contact point, s = xdot - r thetadot."""
-    return y[1] - p["radius"] * y[3]
+def slip(t, y, c):
+    """Velocity of the contact point, s = xdot - r thetadot (c: the coefficients,
+    the arguments of every function of the system)."""
+    return y[1] - c["radius"] * y[3]
 
 
-def _start_rolling(t, y, p):
+def _start_rolling(t, y, c):
     # Enforce the rolling constraint exactly (s = 0 holds to solver tolerance at the
     # event) and freeze the direction of rolling resistance.
     xdot = y[1]
-    return y.at[3].set(xdot / p["radius"]).at[4].set(jnp.sign(xdot))
+    return y.at[3].set(xdot / c["radius"]).at[4].set(jnp.sign(xdot))
 
 
 SYSTEM = HybridSystem(
