@@ -5,6 +5,7 @@ over parameter points; the study never loops over points.
 """
 
 import dataclasses
+import functools
 import importlib.metadata
 import importlib.resources
 import math
@@ -174,8 +175,17 @@ def available_studies() -> dict[str, Callable[[], Study]]:
     return {ep.name: ep.load for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 
+@functools.lru_cache(maxsize=1)
+def _registered() -> dict[str, Callable[[], Study]]:
+    # Scanning the installed distributions takes ~10 ms, paid by every sweep parsed.
+    return available_studies()
+
+
 def load_study(name: str) -> Study:
-    loaders = available_studies()
+    loaders = _registered()
+    if name not in loaders:
+        _registered.cache_clear()  # perhaps installed since the last scan
+        loaders = _registered()
     if name not in loaders:
         known = ", ".join(sorted(loaders)) or "none registered"
         raise KeyError(f"unknown study {name!r} (known: {known})")
