@@ -205,16 +205,36 @@ out = "{out}"
 """
 
 
+def shards_for(points: int, threads: int) -> int:
+    """Shard size of the benchmark sweep: two shards per shard thread.
+
+    Each shard pays a fixed cost whatever its size: creating its files (one
+    chunk per array and a done marker; on this 2-core machine creating a file
+    costs ~0.9 ms of kernel time), zarr's event loop, the drain of its compiled
+    call's last lanes. A point of this sweep costs ~3 us, so shards of a few
+    thousand points spend a third of their time on it; two shards per thread
+    keep every thread busy to the end. Measured (200,000 points, 4 threads,
+    10 alternating runs, median points/s relative to 25,000): 8,192: 0.82,
+    12,500: 0.94, 16,667: 0.93, 33,334: 0.98, 50,000: 0.97; the benchmark
+    prints the curve."""
+    return -(-points // (2 * threads))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--points", type=int, default=200_000)
     parser.add_argument("--scipy-points", type=int, default=200)
-    parser.add_argument("--shard-size", type=int, default=8192)
+    parser.add_argument("--shard-size", type=int, default=None,
+                        help="default: two shards per shard thread (see shards_for)")
     parser.add_argument("--pairs", type=int, default=7, help="engine and numba runs in turns, for their ratio")
     parser.add_argument("--quick", action="store_true", help="20,000 points, a smoke test")
     args = parser.parse_args()
     if args.quick:
-        args.points, args.scipy_points, args.shard_size, args.pairs = 20_000, 20, 8192, 2
+        args.points, args.scipy_points, args.pairs = 20_000, 20, 2
+    from engine._execute import cores, default_workers
+
+    threads = default_workers("inline")
+    args.shard_size = args.shard_size or shards_for(args.points, threads)
     qs = np.linspace(0.2, 3.0, args.points)
     exact = np.array([cf.final_displacement(P, spin_ratio=q) for q in qs])
     rows = []
@@ -235,9 +255,6 @@ def main():
 
     # ---- the engine, end to end through `rollsweep run` (a first untimed run
     # fills the compile cache): inline threads and local dask cluster processes
-    from engine._execute import cores, default_workers
-
-    threads = default_workers("inline")
     executors = [("inline", None, f"inline, {threads} threads (default)"),
                  ("inline", cores(), f"inline, {cores()} threads (one per core)"), ("inline", 1, "inline, 1 thread"),
                  ("local", 1, f"local cluster, 1 process x {cores()} threads (default)"),
@@ -254,8 +271,8 @@ def main():
     record(f"engine: same (inline, {threads} threads), solver = \"Dopri8\" in the sweep", seconds, args.points,
            values["final_displacement"])
     shard_curve = []
-    for shard_size in sorted({args.shard_size // 2, args.shard_size * 2, args.shard_size * 8}):
-        _, seconds, _ = engine_end_to_end(lambda out, k=shard_size: text(out, k), [], repeat=1)
+    for shard_size in sorted({4096, 8192, args.shard_size // 2, args.shard_size, args.shard_size * 2}):
+        _, seconds, _ = engine_end_to_end(lambda out, k=shard_size: text(out, k), [])
         shard_curve.append((shard_size, args.points / seconds))
 
     # ---- the engine's compiled calls alone, and how they scale with lanes
@@ -263,7 +280,7 @@ def main():
     settings = SolverSettings(rtol=RTOL, atol=ATOL)
     batch = min(args.shard_size, qs.size)
     lanes_curve = []
-    for lanes in (256, 1024, 4096, 8192):
+    for lanes in (250, 500, 1000, 1024, 2000, 4000):  # 1,024: rows of 8 KiB alias in L1 (see engine/_cost.py)
         _, seconds = best_of(lambda n=lanes: evaluate(STUDY, settings, columns, batch, wanted, lanes=n))
         lanes_curve.append((lanes, args.points / seconds))
     result, seconds = best_of(lambda: evaluate(STUDY, settings, columns, batch, wanted))
@@ -328,7 +345,8 @@ def main():
 
     engine_row = rows[0][0]
     print_table(
-        f"rolling-ball sweep, {args.points:,} points (scipy: {len(sub)}), rtol {RTOL}, atol {ATOL}, float64; "
+        f"rolling-ball sweep, {args.points:,} points (scipy: {len(sub)}), rtol {RTOL}, atol {ATOL}, float64, "
+        f"engine shards of {args.shard_size:,}; "
         f"{machine()}",
         rows,
         engine_row,
