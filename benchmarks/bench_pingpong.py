@@ -280,7 +280,7 @@ def main():
     settings = SolverSettings(rtol=RTOL, atol=ATOL)
     batch = min(args.shard_size, qs.size)
     lanes_curve = []
-    for lanes in (250, 500, 1000, 1024, 2000, 4000):  # 1,024: rows of 8 KiB alias in L1 (see engine/_cost.py)
+    for lanes in (250, 500, 1000, 1024, 2000, 4000):  # 1,024: slow on large calls (engine/_cost.py)
         _, seconds = best_of(lambda n=lanes: evaluate(STUDY, settings, columns, batch, wanted, lanes=n))
         lanes_curve.append((lanes, args.points / seconds))
     result, seconds = best_of(lambda: evaluate(STUDY, settings, columns, batch, wanted))

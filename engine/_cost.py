@@ -100,12 +100,13 @@ def batch_size(sweep: Sweep) -> int:
 
 # Lanes of a study solved on refilling lanes: an eighth of the call's points, so
 # each lane solves several in turn, up to MAX_LANES on CPU or what an
-# accelerator's memory share holds. On CPU a lane array's row is lanes x 8 bytes:
-# where that is a multiple of 4 KiB (lanes a multiple of 512), rows alias in the
-# L1 cache and a step costs ~13% more. Measured (rolling ball, compiled calls of
-# 25,000 points on 4 threads, 10-12 alternating runs, median points/s relative to
-# 1,000 lanes): 768: 0.99, 896: 0.95, 960: 0.98, 1,024: 0.87, 1,152: 0.97,
-# 1,250: 0.99, 1,280: 1.01, 1,536: 0.87, 3,125 (an eighth): 0.89.
+# accelerator's memory share holds. Measured on CPU (rolling ball, compiled calls
+# on 4 threads, 10-12 alternating runs, median points/s relative to 1,000 lanes):
+# calls of 25,000 points: 768: 0.99, 896: 0.95, 960: 0.98, 1,024: 0.87-0.88,
+# 1,152: 0.97, 1,250: 0.99, 1,280: 0.97-1.01, 1,536: 0.87-0.91, 3,125 (an
+# eighth): 0.89; calls of 8,192 points: 1,024: 0.995, 1,280: 1.01. (Why 1,024
+# and 1,536 lanes are slow on the larger calls only is not understood; 512
+# lanes on calls of 4,096 points are not.)
 POINTS_PER_LANE = 8
 MAX_LANES = 1000
 
