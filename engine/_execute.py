@@ -19,7 +19,7 @@ from ._config import Sweep, parse_sweep
 from ._cost import check_memory, layouts
 from ._cube import CRITICAL, GRID, done_shards, locked, prepare, slurm_folder
 from ._jax_setup import SINGLE_THREAD_XLA, configure
-from ._shard import record_failure, run_or_record, run_shard
+from ._shard import RUNNERS, record_failure, run_or_record
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +105,7 @@ def _worker_sweep(text: str, file: str, out: str) -> Sweep:
 def solve_shard(text: str, file: str, out: str, kind: str, shard: int) -> dict:
     """The dask task: runs in a worker process, which it sets up on first use."""
     configure()
-    return run_shard(_worker_sweep(text, file, out), out, kind, shard)
+    return RUNNERS[kind](_worker_sweep(text, file, out), out, shard)
 
 
 @contextlib.contextmanager
@@ -158,18 +158,14 @@ def run(
     check_memory(sweep, in_flight(executor, workers))
     configure()
     path = sweep.out
-    if executor == "inline" and workers > 1 and not path.exists():
-        return _run_creating(sweep, path, workers, progress)
     state = prepare(sweep, path, overwrite=overwrite)
     with locked(path):
-        tasks = pending_tasks(sweep, path)
-        start = time.perf_counter()
-        return _collect(sweep, path, state, tasks, _results(sweep, tasks, executor, workers, scheduler, resources),
-                        progress, start)
+        return _run_locked(sweep, path, state, executor, workers, scheduler, resources, progress)
 
 
-def _collect(sweep, path, state, tasks, results, progress, start) -> RunReport:
-    """Count the shards' results as they come in, with a progress bar."""
+def _run_locked(sweep, path, state, executor, workers, scheduler, resources, progress) -> RunReport:
+    tasks = pending_tasks(sweep, path)
+    start = time.perf_counter()
     failed, failed_shards = 0, 0
     bar = tqdm(
         total=sum(p for _, _, p in tasks),
@@ -180,7 +176,7 @@ def _collect(sweep, path, state, tasks, results, progress, start) -> RunReport:
         dynamic_ncols=True,
     )
     with bar:
-        for i, info in enumerate(results, 1):
+        for i, info in enumerate(_results(sweep, tasks, executor, workers, scheduler, resources), 1):
             failed += info["failed"]
             failed_shards += "error" in info
             bar.set_description(f"{sweep.study.name} shards {i}/{len(tasks)}")
@@ -196,70 +192,23 @@ def _collect(sweep, path, state, tasks, results, progress, start) -> RunReport:
     )
 
 
-class _ShardThreads:
-    """Shards submitted at once to a pool of threads of this process. A compiled
-    call releases the GIL, so the threads share one compiled program (no
-    per-process start-up or compile) and keep every core busy."""
-
-    def __init__(self, sweep: Sweep, out: str, tasks, threads: int, store_ready=None):
-        self.pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="rollsweep-shard")
-        self.futures = [self.pool.submit(run_or_record, sweep, out, *task, store_ready) for task in tasks]
-
-    def results(self):
-        for future in concurrent.futures.as_completed(self.futures):
-            yield future.result()
-
-    def close(self):
-        # A disk error stops the run: shards not yet started are dropped (their
-        # regions are untouched and they stay pending for the next run).
-        self.pool.shutdown(wait=True, cancel_futures=True)
-
-
 def _inline_results(sweep: Sweep, out: str, tasks, threads: int):
+    """Shards on `threads` threads of this process. A compiled call releases the
+    GIL, so the threads share one compiled program (no per-process start-up or
+    compile) and keep every core busy."""
     if threads == 1:
         for task in tasks:
             yield run_or_record(sweep, out, *task)
         return
-    shards = _ShardThreads(sweep, out, tasks, threads)
+    pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="rollsweep-shard")
     try:
-        yield from shards.results()
+        futures = [pool.submit(run_or_record, sweep, out, *task) for task in tasks]
+        for future in concurrent.futures.as_completed(futures):
+            yield future.result()
     finally:
-        shards.close()
-
-
-def _run_creating(sweep: Sweep, path, threads: int, progress: bool) -> RunReport:
-    """A new store, solved on threads: every shard is pending, so the threads
-    start solving at once while this thread creates the store, when a core
-    would otherwise wait (creating takes ~50 ms, a tenth of a 200,000-point
-    rolling-ball sweep on 2 cores). A shard's write waits until the store exists
-    and this run holds it; if creating it fails, nothing is written (the shards
-    in flight finish solving first) and the error is raised."""
-    tasks = pending_tasks(sweep, path)
-    store_ready = concurrent.futures.Future()
-    start = time.perf_counter()
-    shards = _ShardThreads(sweep, str(path.resolve()), tasks, threads, store_ready)
-    try:
-        with _created_and_locked(sweep, path, store_ready) as state:
-            try:
-                return _collect(sweep, path, state, tasks, shards.results(), progress, start)
-            finally:
-                shards.close()  # before the lock is released
-    finally:
-        shards.close()
-
-
-@contextlib.contextmanager
-def _created_and_locked(sweep: Sweep, path, store_ready: concurrent.futures.Future):
-    """Create the store and hold its lock; store_ready tells the waiting shards
-    whether they may write (True) or must not (False: creating or locking failed)."""
-    try:
-        state = prepare(sweep, path)
-        with locked(path):
-            store_ready.set_result(True)
-            yield state
-    finally:
-        if not store_ready.done():
-            store_ready.set_result(False)
+        # A disk error stops the run: shards not yet started are dropped (their
+        # regions are untouched and they stay pending for the next run).
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _results(sweep: Sweep, tasks, executor: str, workers: int, scheduler: str | None, resources=None):

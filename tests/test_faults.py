@@ -1,7 +1,5 @@
 """Faults: shards that raise, killed workers, concurrent runs, incompatible stores."""
 
-import time
-
 import numpy as np
 import pytest
 
@@ -134,30 +132,6 @@ def test_killed_local_worker_is_retried_and_the_cube_is_identical(small_sweep, t
     reference = load_sweep(path, out=str(tmp_path / "reference.zarr"))
     run(reference, progress=False)
     assert cubes_identical(open_cube(sweep.out).load(), open_cube(reference.out).load())
-
-
-def test_shards_solved_while_the_store_is_created_write_nothing_if_creating_fails(small_sweep, monkeypatch):
-    """On threads, a new store's shards start solving while it is created; when
-    creating it fails, the error is raised, no shard writes and no store is left."""
-    import engine._execute
-    import engine._shard
-
-    sweep = load_sweep(small_sweep(shard_size=5))
-    writes, solved = [], []
-    real_solve = engine._shard.SOLVERS["grid"]
-    monkeypatch.setitem(engine._shard.SOLVERS, "grid", lambda *a: solved.append(a[1]) or real_solve(*a))
-    monkeypatch.setattr(engine._shard, "write_region", lambda *a: writes.append(a))
-
-    def failing_prepare(*args, **kwargs):
-        deadline = time.monotonic() + 60
-        while not solved and time.monotonic() < deadline:  # a shard under way before creating fails
-            time.sleep(0.01)
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(engine._execute, "prepare", failing_prepare)
-    with pytest.raises(OSError, match="No space left"):
-        run(sweep, workers=2, progress=False)
-    assert solved and not writes and not sweep.out.exists()
 
 
 @pytest.mark.parametrize("threads", [1, 2])
