@@ -270,10 +270,11 @@ def main():
     values, seconds, _ = engine_end_to_end(lambda out: text(out, solver="Dopri8"), wanted)
     record(f"engine: same (inline, {threads} threads), solver = \"Dopri8\" in the sweep", seconds, args.points,
            values["final_displacement"])
-    shard_curve = []
-    for shard_size in sorted({4096, 8192, args.shard_size // 2, args.shard_size, args.shard_size * 2}):
+    shard_curve = [(args.shard_size, workers_curve[0][1])]  # the default-executor row above
+    for shard_size in {4096, 8192, args.shard_size // 2, args.shard_size * 2} - {args.shard_size}:
         _, seconds, _ = engine_end_to_end(lambda out, k=shard_size: text(out, k), [])
         shard_curve.append((shard_size, args.points / seconds))
+    shard_curve.sort()
 
     # ---- the engine's compiled calls alone, and how they scale with lanes
     columns = {k: np.full(qs.size, v) for k, v in P.items()} | {"spin_ratio": qs}

@@ -128,8 +128,8 @@ def _hermite_root(a, da, b, db, span, iterations=4):
     and db there: the secant root refined by Newton steps on the cubic (no
     re-steps). Its error is O(span^4) against the secant's O(span^2), which
     saved about half a re-step per crossing on the rolling ball (3 instead of
-    3.5, +12% compiled calls). Only a starting guess: the located crossing does not depend on
-    it beyond rounding (the search is bracketed)."""
+    3.5, +12% compiled calls). Only a starting guess: the located crossing does
+    not depend on it beyond rounding (the search is bracketed)."""
     u0, u1 = da * span, db * span  # slopes in the step's unit time
     theta = _secant_root(a, b, 1.0)
     for _ in range(iterations):
