@@ -12,7 +12,7 @@ eigenvalues of the state matrix A(v) = [[0, I], [-M^-1 (g K0 + v^2 K2),
 
 Methods: the engine end to end (`rollsweep run`, inline executor, into a
 temporary zarr store); the engine's compiled calls alone
-(engine._evaluate.evaluate); a Python loop of numpy.linalg.eigvals per speed;
+(engine.solve.evaluate); a Python loop of numpy.linalg.eigvals per speed;
 numpy's batched eigvals on an (n, 4, 4) stack; jax.jit(jax.vmap(eigvals))
 (LAPACK: CPU only); numba (njit, parallel prange, np.linalg.eigvals per speed).
 
@@ -167,7 +167,7 @@ def main():
 
     from engine import SolverSettings, parse_sweep
     from engine._cost import batch_size
-    from engine._evaluate import evaluate
+    from engine.solve import evaluate
     from studies.bicycle import STUDY
 
     # ---- the engine end to end; the untimed warm-up sweep (one shard) compiles the same batch

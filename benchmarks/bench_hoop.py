@@ -13,7 +13,7 @@ residual, and the period by quadrature along the centre's curve
 
 Methods: the engine end to end (`rollsweep run`, inline executor, into a
 temporary zarr store; one run, after an untimed warm-up sweep that compiles
-the same batch) and its compiled calls alone (engine._evaluate.evaluate);
+the same batch) and its compiled calls alone (engine.solve.evaluate);
 numba: the same equations and Heun steps, written out in scalar code (njit,
 parallel prange over points); jax.jit(jax.vmap(diffrax)) of the same
 equations with diffrax's Heun at the same constant step, saving the state
@@ -267,7 +267,7 @@ def main():
 
     from engine import SolverSettings, parse_sweep
     from engine._cost import batch_size
-    from engine._evaluate import evaluate
+    from engine.solve import evaluate
     from studies.hoop import STUDY
 
     # ---- the engine end to end: one run; the warm-up sweep is the same grid over

@@ -11,7 +11,7 @@ net top plus r: net fault). Tsit5 at rtol 1e-9, atol 1e-11, horizon 3 s, at
 most 8 segments.
 
 Methods: the engine end to end (`rollsweep run`, inline executor, into a
-temporary zarr store) and its compiled calls alone (engine._evaluate.evaluate);
+temporary zarr store) and its compiled calls alone (engine.solve.evaluate);
 scipy solve_ivp (RK45, the same tolerances) with terminal events, segment after
 segment, in a Python loop over a subsample; jax.jit(jax.vmap(...)) of diffrax
 (Tsit5, the same tolerances, an Event with a Newton root finder, segments in a
@@ -206,7 +206,7 @@ def main():
 
     from engine import SolverSettings, parse_sweep
     from engine._cost import batch_size
-    from engine._evaluate import evaluate
+    from engine.solve import evaluate
     from studies.rebound import LANDING
 
     # ---- the engine end to end; the untimed warm-up sweep (one spin) compiles the same batch

@@ -231,7 +231,8 @@ def main():
     args = parser.parse_args()
     if args.quick:
         args.points, args.scipy_points, args.pairs = 20_000, 20, 2
-    from engine._execute import cores, default_workers
+    from engine._execute import default_workers
+    from engine.solve.device import host_cores as cores
 
     threads = default_workers("inline")
     args.shard_size = args.shard_size or shards_for(args.points, threads)
@@ -243,7 +244,7 @@ def main():
         rows.append((name, n / seconds, float(np.nanmax(np.abs(np.asarray(values) - exact[idx])))))
 
     from engine import SolverSettings
-    from engine._evaluate import evaluate
+    from engine.solve import evaluate
     from studies.pingpong import STUDY
 
     # The baselines compute the final displacement: the like-for-like engine run

@@ -11,7 +11,7 @@ the zarr store) against plain vectorised code.
 
 Methods: the engine end to end (`rollsweep run`, inline executor, into a
 temporary zarr store) with the sweep's default batch and with one batch per
-shard; the engine's compiled calls alone (engine._evaluate.evaluate); a Python
+shard; the engine's compiled calls alone (engine.solve.evaluate); a Python
 loop of the scalar formula over a subsample; numpy vectorised over all points;
 jax.jit(jax.vmap(...)) of the same formula; numba (njit, parallel prange).
 
@@ -173,7 +173,7 @@ def main():
 
     from engine import SolverSettings
     from engine._cost import DEFAULT_BATCH
-    from engine._evaluate import evaluate
+    from engine.solve import evaluate
     from studies.rebound import REGIME
 
     # ---- the engine end to end: the config's run settings (the engine picks the

@@ -9,13 +9,6 @@ from ._cube import StoreError as StoreError
 from ._cube import open_cube as open_cube
 from ._execute import RunReport as RunReport
 from ._execute import run as run
-from ._hybrid import HybridPoint as HybridPoint
-from ._hybrid import HybridSolution as HybridSolution
-from ._hybrid import HybridSystem as HybridSystem
-from ._hybrid import Mode as Mode
-from ._hybrid import Start as Start
-from ._hybrid import Transition as Transition
-from ._solver import SolverSettings as SolverSettings
 from ._status import Status as Status
 from ._study import Constraint as Constraint
 from ._study import Interval as Interval
@@ -26,5 +19,12 @@ from ._study import Study as Study
 from ._study import available_studies as available_studies
 from ._study import demo_configs as demo_configs
 from ._study import load_study as load_study
+from .solve.hybrid import HybridPoint as HybridPoint
+from .solve.hybrid import HybridSolution as HybridSolution
+from .solve.hybrid import HybridSystem as HybridSystem
+from .solve.hybrid import Mode as Mode
+from .solve.hybrid import Start as Start
+from .solve.hybrid import Transition as Transition
+from .solve.settings import SolverSettings as SolverSettings
 
 __version__ = "0.1.0"

@@ -14,8 +14,8 @@ import tomllib
 
 import numpy as np
 
-from ._solver import DTYPES, SOLVERS, SolverSettings
 from ._study import Study, load_study
+from .solve.settings import DTYPES, SOLVERS, SolverSettings
 
 TOP_LEVEL_KEYS = {"study", "outputs", "parameter_file", "parameters", "axes", "solver", "critical", "run", "slurm"}
 RUN_KEYS = {"shard_size", "batch_size", "out", "executor", "workers"}

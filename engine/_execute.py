@@ -9,7 +9,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
-import os
 import time
 
 from tqdm.auto import tqdm
@@ -20,6 +19,7 @@ from ._cost import check_memory, layouts
 from ._cube import CRITICAL, GRID, done_shards, locked, prepare, slurm_folder
 from ._jax_setup import SINGLE_THREAD_XLA, configure
 from ._shard import RUNNERS, record_failure, run_or_record
+from .solve.device import detect as detect_device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,10 +49,6 @@ def pending_tasks(sweep: Sweep, path) -> list[tuple[str, int, int]]:
     return tasks
 
 
-def cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 # Inline shard threads per core on CPU. A shard's thread also waits where its
 # core could work: host-side steps between compiled calls, and the round trips of
 # its store writes through zarr's event loop and the file system. A second thread
@@ -76,20 +72,22 @@ def default_workers(executor: str, sweep: Sweep | None = None) -> int:
     2 threads 42k points/s."""
     if executor != "inline":
         return 1
-    if _cost.accelerator_memory() is not None:
+    device = detect_device()
+    if device.accelerator:
         return ACCELERATOR_THREADS
-    threads = THREADS_PER_CORE * cores()
+    threads = THREADS_PER_CORE * device.cores
     if sweep is not None and not _cost.fits_in_memory(sweep, threads):
-        return cores()  # large shards: the extra threads would only cost memory
+        return device.cores  # large shards: the extra threads would only cost memory
     return threads
 
 
 def worker_threads(workers: int) -> int:
     """Threads of each local worker process: the cores shared out (on an
     accelerator, ACCELERATOR_THREADS: its calls share the one device)."""
-    if _cost.accelerator_memory() is not None:
+    device = detect_device()
+    if device.accelerator:
         return ACCELERATOR_THREADS
-    return max(1, cores() // workers)
+    return max(1, device.cores // workers)
 
 
 def in_flight(executor: str, workers: int) -> int:

@@ -9,12 +9,12 @@ import time
 import numpy as np
 
 from ._config import Sweep
-from ._cost import batch_size, layouts
-from ._critical import find_critical
+from ._cost import layouts, plan_for
 from ._cube import CRITICAL, GRID, critical_name, mark_done, mark_failed, write_region
-from ._evaluate import evaluate
 from ._provenance import device
 from ._status import Status
+from .solve.critical import find_critical
+from .solve.evaluate import evaluate
 
 
 def _point_params(sweep: Sweep, names, columns, n) -> dict:
@@ -30,7 +30,7 @@ def run_grid_shard(sweep: Sweep, path, shard: int) -> dict:
     n = grid.shard_points(shard)
     start = time.perf_counter()
     params = _point_params(sweep, sweep.axis_names, columns, n)
-    result = evaluate(sweep.study, sweep.solver, params, batch_size(sweep), sweep.outputs)
+    result = evaluate(sweep.study, sweep.solver, params, outputs=sweep.outputs, plan=plan_for(sweep))
     shape = tuple(s.stop - s.start for s in region)
     values = {k: v.reshape(shape + v.shape[1:]) for k, v in result.outputs.items()}
     values["status"] = result.status.reshape(shape)
@@ -49,11 +49,12 @@ def run_critical_shard(sweep: Sweep, path, shard: int) -> dict:
     n = layout.shard_points(shard)
     base = _point_params(sweep, [a.name for a in other], columns, n)
     start = time.perf_counter()
+    plan = plan_for(sweep)
 
     def output_at(x, index):
         params = {k: v[index] for k, v in base.items()}
         params[c.axis] = x
-        result = evaluate(sweep.study, sweep.solver, params, batch_size(sweep), (c.output,))
+        result = evaluate(sweep.study, sweep.solver, params, outputs=(c.output,), plan=plan)
         return result.outputs[c.output], result.status
 
     roots, status = find_critical(output_at, c.bracket, c.target, c.xtol, n)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from engine import SolverSettings, Status
-from engine._evaluate import evaluate
+from engine.solve import evaluate
 from studies.bicycle import BENCHMARK, STUDY
 from studies.bicycle._canonical import canonical_matrices, characteristic_coefficients, state_matrix
 from studies.bicycle._parameters import CONSTRAINTS, DESIGN_NAMES

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine import SolverSettings
-from engine._evaluate import evaluate
+from engine.solve import evaluate
 from studies.bicycle import STUDY
 from studies.bicycle._canonical import canonical_matrices
 from studies.bicycle._parameters import DESIGN_NAMES

@@ -9,7 +9,7 @@ from scipy.linalg import expm
 from scipy.optimize import brentq
 
 from engine import SolverSettings, Status
-from engine._evaluate import evaluate
+from engine.solve import evaluate
 from studies.bicycle import BENCHMARK, RESPONSE
 from studies.bicycle._canonical import state_matrix
 from studies.bicycle._response import FALLS, LEAN_EXTREMUM, SYSTEM

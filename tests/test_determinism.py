@@ -13,11 +13,12 @@ import pytest
 from engine import SolverSettings
 from engine._config import load_sweep
 from engine._cube import open_cube
-from engine._evaluate import _per_point, evaluate
 from engine._execute import run
+from engine.solve import evaluate, make_plan
+from engine.solve.vmapped import VmappedSolver
 from studies.pingpong import STUDY
 
-from conftest import PINGPONG_DEFAULTS, cubes_identical
+from conftest import PINGPONG_DEFAULTS, cubes_identical, sweep_file
 
 SETTINGS = SolverSettings(rtol=1e-10, atol=1e-12)
 
@@ -26,7 +27,8 @@ def test_vmapped_equals_per_point_loop():
     q = np.linspace(0.0, 3.0, 11)
     columns = {k: np.full(q.size, v) for k, v in PINGPONG_DEFAULTS.items()} | {"spin_ratio": q}
     batched = evaluate(STUDY, SETTINGS, columns, batch_size=4, lanes=0)
-    single = jax.jit(_per_point(STUDY, SETTINGS, tuple(o.name for o in STUDY.outputs)))
+    plan = make_plan(STUDY, solver="vmapped", batch=1)
+    single = jax.jit(VmappedSolver().batch_function(STUDY, SETTINGS, tuple(o.name for o in STUDY.outputs), plan))
     for i in range(q.size):
         outputs, status, steps, events = jax.tree_util.tree_map(
             lambda a: a[0], single({k: v[i : i + 1] for k, v in columns.items()})
@@ -37,21 +39,34 @@ def test_vmapped_equals_per_point_loop():
             np.testing.assert_allclose(batched.outputs[name][i], value, rtol=1e-14, atol=1e-15)
 
 
-def test_shard_sizes_agree_to_rounding(small_sweep, tmp_path):
+@pytest.mark.parametrize("batch", ["", "batch_size = 8"])
+def test_shard_sizes_give_identical_cubes(tmp_path, batch):
+    """A point's result depends on its parameters alone, not on how the grid was
+    cut: bitwise equal cubes for shard sizes 1, 7, 1000 and the default, with the
+    engine's batch or the sweep's (critical search included)."""
     cubes = []
-    for shard_size in (3, 7, 64):
-        path = small_sweep(shard_size=shard_size, extra="""
+    for shard_size in (1, 7, 1000, None):
+        shard = f"shard_size = {shard_size}" if shard_size else ""
+        path = sweep_file(tmp_path, f"""
+            study = "pingpong"
+            [axes]
+            spin_ratio = {{ linspace = [0.0, 3.0, 13] }}
+            drag = {{ values = [0.05, 0.1] }}
             [critical]
             output = "final_displacement"
             axis = "spin_ratio"
-            bracket = [1.0, 3.0]""")
-        sweep = load_sweep(path, out=str(tmp_path / f"s{shard_size}.zarr"))
+            bracket = [1.0, 3.0]
+            [run]
+            {shard}
+            {batch}
+            executor = "inline"
+            out = "{tmp_path / f's{shard_size}.zarr'}"
+            """, name=f"s{shard_size}.toml")
+        sweep = load_sweep(path)
         run(sweep, progress=False)
         cubes.append(open_cube(sweep.out).load())
     for other in cubes[1:]:
-        np.testing.assert_array_equal(cubes[0]["status"].values, other["status"].values)
-        for name in ("final_displacement", "stop_time", "critical_spin_ratio"):
-            np.testing.assert_allclose(other[name].values, cubes[0][name].values, rtol=1e-12, atol=1e-14)
+        assert cubes_identical(cubes[0].drop_attrs(), other.drop_attrs())
 
 
 def test_identical_when_run_again(small_sweep, tmp_path):

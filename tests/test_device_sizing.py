@@ -1,14 +1,21 @@
-"""Batch sizes and lanes follow the device: fixed caps on CPU, memory on an accelerator.
+"""The plan follows the device: fixed caps on CPU, memory on an accelerator.
 
-No accelerator is needed: its reported memory is stubbed, the way a GPU reports it.
+No accelerator is needed: a Device is stubbed, as a GPU reports itself.
 """
 
-import jax
 import pytest
 
 import engine._cost as cost
+import engine._execute as execute
+import engine.solve.plan as plan_module
 from engine import parse_sweep
 from engine._config import ConfigError
+from engine.solve import Device, make_plan
+from engine.solve.lanes import MAX_LANES, LanesSolver
+from engine.solve.vmapped import CPU_BATCH, DEVICE_SHARE, POINT_BYTES, VmappedSolver
+
+GPU = Device(platform="gpu", count=1, memory=16 * 2**30, cores=16)
+CPU = Device(platform="cpu", count=1, memory=None, cores=16)
 
 
 def sweep(study, points, shard_size, batch_size=None):
@@ -21,67 +28,87 @@ def sweep(study, points, shard_size, batch_size=None):
 
 
 @pytest.fixture
-def gpu_16gib(monkeypatch):
-    monkeypatch.setattr(cost, "accelerator_memory", lambda: 16 * 2**30)
+def on(monkeypatch):
+    """Make this process see `device`."""
+    def use(device):
+        monkeypatch.setattr(plan_module, "detect", lambda: device)
+        monkeypatch.setattr(execute, "detect_device", lambda: device)
+    return use
 
 
-def test_cpu_uses_the_fixed_caps():
-    if jax.devices()[0].platform != "cpu":
-        pytest.skip("runs on an accelerator")
-    assert cost.accelerator_memory() is None
-    assert cost.batch_size(sweep("bicycle_response", 10**6, 65536)) == cost.DEFAULT_BATCH
+def test_cpu_uses_the_fixed_caps(on):
+    on(CPU)
+    plan = cost.plan_for(sweep("bicycle_response", 10**6, 65536))
+    assert (plan.solver, plan.batch) == ("vmapped", CPU_BATCH)
     hinted = parse_sweep(  # a study may ask for wider calls
         'study = "rebound_regime"\n[axes]\nspin_ratio = { linspace = [0, 1, 1000000] }\n'
         '[run]\nshard_size = 1000000\nout = "unused.zarr"\n'
     )
-    assert hinted.study.batch_size and cost.batch_size(hinted) == hinted.study.batch_size
-    assert cost.default_lanes(10**6) == cost.MAX_LANES
+    assert cost.plan_for(hinted).batch == hinted.study.batch_size
+    lanes = cost.plan_for(sweep("pingpong", 10**6, 10**5))
+    assert lanes.solver == "lanes" and lanes.width == 1008  # MAX_LANES in whole vectors
+    assert MAX_LANES <= lanes.width < MAX_LANES + 16
 
 
-def test_accelerator_batches_and_lanes_fill_a_share_of_its_memory(gpu_16gib):
-    share = 16 * 2**30 // (cost.DEVICE_SHARE * cost.LANE_BYTES)  # 65,536 lanes
-    # A vmapped study takes whole shards up to the share; never more than a shard.
-    assert cost.batch_size(sweep("bicycle", 10**6, 10**6)) == share
-    assert cost.batch_size(sweep("bicycle", 10**6, 4096)) == 4096
-    # A study on lanes: the whole shard per call, an eighth of it in flight, capped by memory.
-    assert cost.batch_size(sweep("pingpong", 10**6, 10**6)) == 10**6
-    assert cost.default_lanes(400_000) == 400_000 // cost.POINTS_PER_LANE
-    assert cost.default_lanes(10**7) == share
+def test_the_batch_never_depends_on_the_shard_size(on):
+    """A point's result must not depend on how the grid was cut: one batch for
+    every shard size; a small sweep gets a small batch (in whole vectors)."""
+    for device in (CPU, GPU):
+        on(device)
+        for study in ("pingpong", "bicycle"):
+            plans = {cost.plan_for(sweep(study, 10**4, shard)) for shard in (1, 7, 1000, 10**4)}
+            assert len(plans) == 1
+    on(CPU)
+    assert cost.plan_for(sweep("bicycle", 5, 1)).batch == 16
+
+
+def test_accelerator_batches_fill_a_share_of_its_memory(on):
+    on(GPU)
+    share = GPU.memory // (DEVICE_SHARE * POINT_BYTES)
+    assert cost.plan_for(sweep("bicycle", 10**6, 10**6)).batch == share
+    assert cost.plan_for(sweep("bicycle", 10**6, 4096)).batch == share
+    # The rolling ball goes vmapped on an accelerator (lanes measured 140x slower there).
+    assert cost.plan_for(sweep("pingpong", 10**6, 10**6)).solver == "vmapped"
+    forced = make_plan(sweep("pingpong", 10, 10).study, GPU, solver="lanes")
+    assert forced.width == forced.batch // 8  # no CPU cap on an accelerator
     # An explicit batch is kept.
-    assert cost.batch_size(sweep("bicycle", 10**6, 10**6, batch_size=1000)) == 1000
+    assert cost.plan_for(sweep("bicycle", 10**6, 10**6, batch_size=1000)).batch == 1000
 
 
-def test_a_batch_too_large_for_the_device_is_refused_naming_the_key(gpu_16gib):
-    big = sweep("bicycle", 10**6, 10**6, batch_size=10**6)  # 10^6 x 64 KiB = 61 GiB
+def test_a_solver_that_cannot_serve_a_study_says_why():
+    study = sweep("bicycle", 10, 10).study
+    with pytest.raises(ValueError, match="lanes solver cannot solve study 'bicycle'.*not declared as a HybridPoint"):
+        make_plan(study, CPU, solver="lanes")
+    assert VmappedSolver().unsupported(study) is None and LanesSolver().unsupported(study)
+
+
+def test_a_batch_too_large_for_the_device_is_refused_naming_the_key(on):
+    on(GPU)
+    big = sweep("bicycle", 10**6, 10**6, batch_size=2 * 10**6)  # 2 10^6 x 16 KiB = 31 GiB
     with pytest.raises(ConfigError, match=r"run\.batch_size.*device has 16\.0 GiB; lower batch_size"):
         cost.check_memory(big)
-    cost.check_memory(sweep("bicycle", 10**6, 10**6, batch_size=10**4))  # 0.6 GiB: fits
+    cost.check_memory(sweep("bicycle", 10**6, 10**6, batch_size=10**4))  # 0.15 GiB: fits
 
 
-def test_default_threads_follow_the_device(monkeypatch, gpu_16gib):
+def test_default_threads_follow_the_device(on):
     """On an accelerator, a run's default shard threads share the one device: few
     enough that their calls fit in its memory (16 cores would otherwise mean 16
     calls of a quarter of it each). On CPU: two per core."""
-    import engine._execute as execute
-
-    monkeypatch.setattr(execute, "cores", lambda: 16)
+    on(GPU)
     threads = execute.default_workers("inline")
-    assert threads == execute.ACCELERATOR_THREADS < cost.DEVICE_SHARE
+    assert threads == execute.ACCELERATOR_THREADS < DEVICE_SHARE
     assert execute.worker_threads(1) == execute.ACCELERATOR_THREADS
     for executor in ("inline", "local"):  # the default sweep fits as it runs
         workers = execute.default_workers(executor)
         cost.check_memory(sweep("pingpong", 10**6, 10**5), execute.in_flight(executor, workers))
-    monkeypatch.setattr(cost, "accelerator_memory", lambda: None)
+    on(CPU)
     assert execute.default_workers("inline") == execute.THREADS_PER_CORE * 16
 
 
-def test_large_shards_run_one_thread_per_core_by_default(monkeypatch):
+def test_large_shards_run_one_thread_per_core_by_default(monkeypatch, on):
     """Two threads per core only where their shards fit in memory: a sweep whose
     shards fit one per core still runs with the default, as it did before."""
-    import engine._execute as execute
-
-    monkeypatch.setattr(cost, "accelerator_memory", lambda: None)
-    monkeypatch.setattr(execute, "cores", lambda: 2)
+    on(Device(platform="cpu", cores=2))
     big = sweep("bicycle", 10**6, 10**5)
     shard = cost.estimate(big, 1).shard_bytes
     # host memory for two such shards at a time (budget: half of it, shared out)

@@ -5,8 +5,8 @@ import numpy as np
 from engine import SolverSettings, Status
 from engine._config import load_sweep
 from engine._cube import open_cube
-from engine._evaluate import evaluate
 from engine._execute import run
+from engine.solve import evaluate
 from studies.pingpong import STUDY
 
 import pingpong_closed_form as cf

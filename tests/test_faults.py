@@ -16,16 +16,15 @@ def test_a_shard_that_raises_is_recorded_and_the_rest_completes(small_sweep, mon
     """A study bug on some points: that shard is marked failed with its error,
     every other shard is written, and the next run retries only it."""
     sweep = load_sweep(small_sweep(shard_size=5))
-    import engine._evaluate as evaluate_module
+    from engine.solve import evaluate as real_evaluate
 
-    real_evaluate = evaluate_module.evaluate
     calls = {"n": 0}
 
-    def flaky_evaluate(study, settings, params, batch_size, outputs=None):
+    def flaky_evaluate(study, settings, params, **options):
         if np.any(np.isclose(params["spin_ratio"], 3.0)):  # the last shard holds q = 3
             calls["n"] += 1
             raise FloatingPointError("study bug: division by a zero radius")
-        return real_evaluate(study, settings, params, batch_size, outputs)
+        return real_evaluate(study, settings, params, **options)
 
     monkeypatch.setattr("engine._shard.evaluate", flaky_evaluate)
     report = run(sweep, progress=False)

@@ -11,8 +11,8 @@ from scipy.integrate import quad
 from scipy.optimize import brentq
 
 from engine import SolverSettings, Status
-from engine._evaluate import evaluate
 from engine.cli import main
+from engine.solve import evaluate
 from studies.hoop import STUDY
 from studies.hoop._profile import reference
 

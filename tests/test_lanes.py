@@ -1,4 +1,4 @@
-"""Refilling lanes (engine._lanes) against the per-point hybrid solve and closed forms."""
+"""Refilling lanes (engine.solve.lanes) against the per-point hybrid solve and closed forms."""
 
 import jax
 import jax.numpy as jnp
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from engine import HybridPoint, HybridSystem, Mode, PointResult, SolverSettings, Start, Status, Transition
-from engine._evaluate import evaluate
-from engine._lanes import solve_batch
+from engine.solve import evaluate
+from engine.solve.lanes import solve_batch
 from studies.pingpong import STUDY
 
 from conftest import PINGPONG_DEFAULTS
@@ -117,7 +117,7 @@ def test_the_earliest_of_several_crossings_fires_at_its_closed_form_time():
 def test_row_helpers_match_numpy_reductions():
     """The lanes' reductions over a few rows (written as row chains for XLA:CPU)
     agree with numpy's, ties and all-false columns included."""
-    from engine._lanes import _all_rows, _any_rows, _argmin_rows, _first_true, _select, _sum_squares
+    from engine.solve.lanes import _all_rows, _any_rows, _argmin_rows, _first_true, _select, _sum_squares
 
     rng = np.random.default_rng(3)
     x = rng.integers(0, 3, size=(4, 64)).astype(float)  # small integers: many ties
@@ -135,36 +135,13 @@ def test_row_helpers_match_numpy_reductions():
     )
 
 
-def test_hermite_start_is_exact_for_cubics_and_close_for_smooth_conditions():
-    """The first guess for a crossing (cubic through both step ends and their
-    slopes): exact for a cubic condition, O(span^4) for a smooth one, and in the
-    step for a condition that is not monotone over it."""
-    from engine._lanes import _hermite_root
-
-    def guess(g, dg, span):
-        return float(_hermite_root(jnp.asarray(g(0.0)), jnp.asarray(dg(0.0)), jnp.asarray(g(span)),
-                                   jnp.asarray(dg(span)), jnp.asarray(span)))
-
-    root = 0.3
-    cubic, dcubic = (lambda t: (t - root) * (1 + t * t)), (lambda t: 1 + 3 * t * t - 2 * root * t)
-    assert abs(guess(cubic, dcubic, 1.0) - root) < 1e-12
-    # v(t) of a rolling ball with drag, stopping at ln(2) / k: errors shrink as span^4
-    k = 0.7
-    speed, dspeed = (lambda t: 2 * np.exp(-k * t) - 1), (lambda t: -2 * k * np.exp(-k * t))
-    stop = np.log(2) / k
-    errors = [abs(guess(speed, dspeed, span) - stop) for span in (2.0, 1.0)]
-    assert errors[0] < 0.05 and errors[1] < errors[0] / 16
-    # a parabola crossing zero twice: the guess stays inside the step
-    assert 0.0 <= guess(lambda t: (t - 0.2) * (0.9 - t), lambda t: 1.1 - 2 * t, 1.0) <= 1.0
-
-
 @pytest.mark.parametrize("dtype, span, tolerance", [(np.float64, 250, 1e-14), (np.float32, 30, 2e-6)])
 def test_step_size_root_matches_the_power_it_replaces(dtype, span, tolerance):
     """The controller's (1 / error)^(1/5), without pow: to rounding over errors
     of 10^-span .. 10^span (x ** -0.2 itself is off by |ln x| 1e-17: -0.2 is
     rounded), and beyond them, up to the type's limits, far past
     where the step-size factor is clipped (to [0.2, 10]); 0, inf and NaN."""
-    from engine._lanes import _inverse_root
+    from engine.solve.lanes import _inverse_root
 
     x = np.logspace(-span, span, 4001).astype(dtype)
     got = np.asarray(_inverse_root(jnp.asarray(x), 5))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from engine import SolverSettings
-from engine._evaluate import evaluate
+from engine.solve import evaluate
 from studies.pingpong import STUDY
 from studies.pingpong._model import SYSTEM, coefficients
 

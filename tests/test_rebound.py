@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from engine import SolverSettings, Status
-from engine._evaluate import evaluate
+from engine.solve import evaluate
 from studies.rebound import REGIME, fit_learned, fit_physical, load_table1, model_comparison
 from studies.rebound._bounce import (
     CLASSICAL,

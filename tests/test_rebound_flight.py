@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from engine import SolverSettings, Status
-from engine._evaluate import evaluate
+from engine.solve import evaluate
 from studies.rebound import LANDING
 from studies.rebound._bounce import table_bounce
 from studies.rebound._fit import learned_coefficients

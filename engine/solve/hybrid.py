@@ -23,25 +23,20 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._solver import SolverSettings
-from ._status import Status
+from .._status import Status
+from .locate import crossed, start_value
+from .settings import SolverSettings
 
 # Inactive event functions return this constant: it never changes sign.
 _INACTIVE = 1.0
-# Newton iterations allowed to locate an event inside its step (2-4 are typical).
-_NEWTON_ITERATIONS = 12
+# Newton iterations allowed to locate an event inside its step (2-4 are
+# typical; far more from the end of a step much longer than the flight before
+# the crossing, as an exactly integrated parabola grows its steps tenfold).
+_NEWTON_ITERATIONS = 64
 
 
 def _identity(t, y, params):
     return y
-
-
-def _crossed(before, after, direction):
-    """diffrax's rule for a sign change in the given direction."""
-    old, new = jnp.sign(before), jnp.sign(after)
-    if direction is None:
-        return old != new
-    return (old <= 0) & (new > 0) if direction else (old > 0) & (new <= 0)
 
 
 def _target_function(target):
@@ -145,21 +140,35 @@ class HybridSystem:
         return max(1, min(max_segments, max(bounds)))
 
     def _vector_field(self, t, y, args):
-        mode, params = args
+        mode, params = args[:2]
         return jax.lax.switch(mode, [m.vector_field for m in self.modes], t, y, params)
 
     def _event(self) -> diffrax.Event:
-        def gated(source, condition):
-            def cond_fn(t, y, args, **kwargs):
-                mode, params = args
+        def gated(j, source, condition):
+            def cond_fn(t, y, args, *, t0, **kwargs):
+                # At the segment's start, the value the crossing test sees
+                # (args[2], see start_values): a root there is not a crossing.
+                mode, params, starts = args
                 value = condition(t, y, params)
+                value = jnp.where(t == t0, starts[j].astype(value.dtype), value)
                 return jnp.where(mode == source, value, jnp.asarray(_INACTIVE, value.dtype))
 
             return cond_fn
 
-        conds = [gated(m, tr.condition) for m, tr in self.transitions]
+        conds = [gated(j, m, tr.condition) for j, (m, tr) in enumerate(self.transitions)]
         directions = [tr.direction for _, tr in self.transitions]
         return diffrax.Event(conds, direction=directions)
+
+    def start_values(self, t, y, mode, params):
+        """Every transition's condition at a segment's start, as the crossing
+        test sees it (engine.solve.locate.start_value); inactive ones constant."""
+        flow = self._vector_field(t, y, (mode, params))
+        values = []
+        for source, tr in self.transitions:
+            value, slope = jax.jvp(lambda t, y, c=tr.condition: c(t, y, params), (t, y), (jnp.ones_like(t), flow))
+            value = start_value(value, slope, t)
+            values.append(jnp.where(mode == source, value, jnp.asarray(_INACTIVE, value.dtype)))
+        return jnp.stack(values) if values else jnp.zeros((0,), y.dtype)
 
     def _locate(self, condition, t_seg, t_end, y_end, at_end, mode, params, settings):
         """Exact event time and state, searching back from the exact step end.
@@ -229,7 +238,7 @@ class HybridSystem:
         located = (change <= 1e3 * tol) & jnp.all(jnp.isfinite(y))
         return t_end + dt, y, located
 
-    def _earliest(self, c: "HybridSolution", t_end, y_end, event_mask, params, settings):
+    def _earliest(self, c: "HybridSolution", starts, t_end, y_end, event_mask, params, settings):
         """The transition that fired first inside the segment's last step.
 
         diffrax stops at the step where some condition changed sign, but reports
@@ -242,11 +251,10 @@ class HybridSystem:
         reported = jax.tree_util.tree_leaves(event_mask)
         times, states, oks = [], [], []
         for j, (source, tr) in enumerate(self.transitions):
-            before = tr.condition(c.t, c.y, params)
             after = tr.condition(t_end, y_end, params)
-            crossed = _crossed(before, after, tr.direction) & (c.mode == source)
+            crossed_j = crossed(starts[j], after, tr.direction) & (c.mode == source)
             t_j, y_j, ok_j = self._locate(tr.condition, c.t, t_end, y_end, after, c.mode, params, settings)
-            candidate = (crossed | reported[j]) & ok_j
+            candidate = (crossed_j | reported[j]) & ok_j
             times.append(jnp.where(candidate, t_j, jnp.inf))
             states.append(y_j)
             oks.append(candidate)
@@ -271,6 +279,7 @@ class HybridSystem:
 
         def body(carry):
             c, _ = carry  # the solution so far (the loop's state) and whether it is finished
+            starts = self.start_values(c.t, c.y, c.mode, params)
             sol = diffrax.diffeqsolve(
                 term,
                 solver,
@@ -278,7 +287,7 @@ class HybridSystem:
                 t1=horizon,
                 dt0=None,
                 y0=c.y,
-                args=(c.mode, params),
+                args=(c.mode, params, starts),
                 saveat=diffrax.SaveAt(t1=True),
                 stepsize_controller=controller,
                 event=event,
@@ -289,7 +298,7 @@ class HybridSystem:
             steps = c.num_steps + sol.stats["num_steps"]
             fired = sol.result == diffrax.RESULTS.event_occurred
             if event is not None:
-                code, t_ev, y_ev, located = self._earliest(c, t_end, y_end, sol.event_mask, params, settings)
+                code, t_ev, y_ev, located = self._earliest(c, starts, t_end, y_end, sol.event_mask, params, settings)
             else:  # no transitions anywhere: nothing can fire
                 code, t_ev, y_ev, located = jnp.asarray(0), t_end, y_end, jnp.asarray(False)
             target = jax.lax.switch(code, targets, t_ev, y_ev, params)
@@ -363,7 +372,7 @@ class HybridPoint:
 
     Calling it is the plain per-point solve. Declared this way (as a study's
     `solve_point`), it also lets the engine solve a whole batch on lanes that
-    take a new point as soon as they finish one (engine._lanes), instead of
+    take a new point as soon as they finish one (engine.solve.lanes), instead of
     vmapping the point function, where every lane waits for the slowest.
 
     start(params, settings) -> Start
@@ -378,7 +387,3 @@ class HybridPoint:
         y0, mode, args, t_end = self.start(params, settings)
         return self.finish(params, self.system.solve(y0, mode, args, settings, t_end), settings)
 
-
-def on_lanes(study) -> bool:
-    """Whether the engine solves the study's batches on refilling lanes."""
-    return isinstance(study.solve_point, HybridPoint)

@@ -11,7 +11,7 @@ the output would mean different things for different outputs.
 import numpy as np
 from scipy.optimize import elementwise
 
-from ._status import Status
+from .._status import Status
 
 MAX_ITERATIONS = 200
 

@@ -26,10 +26,10 @@ logic out of the every-step loop keeps that loop to a plain adaptive step: the
 logic costs more than the step itself.
 
 The solution of each point is the same `HybridSolution` that HybridSystem.solve
-returns, and the tests compare the two. Differences: after an event, a segment
-goes on with the controller's last proposed step instead of a fresh initial
-step guess, and a step whose state is not finite is rejected and shrunk (up to
-`max_steps`) rather than taken as a failed solve.
+returns, and the tests compare the two. Differences: the event time is found
+from the step's start (HybridSystem.solve searches back from its end), and a
+step whose state is not finite is rejected and shrunk (up to `max_steps`)
+rather than taken as a failed solve.
 
 Layout: every lane array has the lane axis last (a state vector is a
 (components, lanes) array), and the step is written on whole lanes rather than
@@ -49,9 +49,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._hybrid import _INACTIVE, HybridPoint, HybridSolution, HybridSystem, _crossed
-from ._solver import SolverSettings
-from ._status import Status
+from .._status import Status
+from .base import BatchSolver, Plan, masked, safe_params, whole_vectors
+from .device import Device
+from .hybrid import _INACTIVE, HybridPoint, HybridSolution, HybridSystem
+from .locate import crossed, hermite_root, start_value, time_tolerance
+from .settings import SolverSettings
+from .vmapped import memory_batch
 
 # Finished lanes wait for the write-out and refill until 1/_FLUSH_SHARE of all
 # lanes are waiting. Measured (rolling ball, compiled calls of 8,192 points on
@@ -63,7 +67,7 @@ _TAIL_SHARE = 16
 # At most this share of the lanes locates crossings in one flush.
 _LOCATE_SHARE = 2
 # Newton re-steps allowed to locate one crossing (2 are typical).
-_LOCATE_TRIES = 16
+_LOCATE_TRIES = 32
 # A rejected step whose state is not finite is retried this much shorter.
 _NONFINITE_SHRINK = 0.2
 
@@ -116,30 +120,6 @@ class _Plan(eqx.Module):
     args: object
     horizon: jax.Array
     h: jax.Array
-
-
-def _secant_root(a, b, span):
-    """Root in [0, span] of the line through (0, a) and (span, b)."""
-    return jnp.clip(span * a / jnp.where(a == b, 1.0, a - b), 0.0, span)
-
-
-def _hermite_root(a, da, b, db, span, iterations=4):
-    """Root in [0, span] of the cubic through (0, a) and (span, b) with slopes da
-    and db there: the secant root refined by Newton steps on the cubic (no
-    re-steps). Its error is O(span^4) against the secant's O(span^2), which
-    saved about half a re-step per crossing on the rolling ball (3 instead of
-    3.5, +12% compiled calls). Only a starting guess: the located crossing does
-    not depend on it beyond rounding (the search is bracketed)."""
-    u0, u1 = da * span, db * span  # slopes in the step's unit time
-    theta = _secant_root(a, b, 1.0)
-    for _ in range(iterations):
-        # Hermite basis: p = h00 a + h10 u0 + h01 b + h11 u1
-        t2, t3 = theta * theta, theta * theta * theta
-        value = (2 * t3 - 3 * t2 + 1) * a + (t3 - 2 * t2 + theta) * u0 + (3 * t2 - 2 * t3) * b + (t3 - t2) * u1
-        slope = (6 * t2 - 6 * theta) * (a - b) + (3 * t2 - 4 * theta + 1) * u0 + (3 * t2 - 2 * theta) * u1
-        step = value / jnp.where(slope != 0, slope, 1.0)
-        theta = jnp.where(jnp.isfinite(step), jnp.clip(theta - step, 0.0, 1.0), theta)
-    return span * theta
 
 
 def _rows_of(x):
@@ -258,9 +238,10 @@ class _Machine:
     per step.
     """
 
-    def __init__(self, system: HybridSystem, settings: SolverSettings):
+    def __init__(self, system: HybridSystem, settings: SolverSettings, accelerator: bool = False):
         self.system = system
         self.settings = settings
+        self.accelerator = accelerator
         self.transitions = system.transitions
         self.solver = settings.make_solver()
         self.term = diffrax.ODETerm(system._vector_field)
@@ -325,6 +306,12 @@ class _Machine:
         next_t0 = jnp.where(keep, t1, t0)
         return keep, next_t0, next_t0 + (t1 - t0) * factor
 
+    def once(self, active, decisions):
+        """_once on CPU; on an accelerator the decisions as they are (its
+        conditional would cost a round trip to the host every iteration, for a
+        work-around of XLA:CPU's fusion)."""
+        return decisions if self.accelerator else _once(active, decisions)
+
     def field(self, t, y, mode, args):
         """The vector field of each lane's mode (every mode's is computed, as
         `lax.switch` under vmap would)."""
@@ -357,7 +344,26 @@ class _Machine:
         """Which transitions' conditions changed sign, per lane: (transitions, lanes)."""
         if not self.transitions:
             return jnp.zeros(before.shape, bool)
-        return jnp.stack([_crossed(before[j], after[j], d) for j, d in enumerate(self.directions)])
+        return jnp.stack([crossed(before[j], after[j], d) for j, d in enumerate(self.directions)])
+
+    def first_step(self, t, y, mode, args, horizon):
+        """diffrax's initial step-size guess for a segment starting at (t, y), per
+        lane (as `diffeqsolve` with dt0=None makes at every segment's start)."""
+
+        def one(t, y, mode, args, horizon):
+            t1, _ = self.controller.init(
+                self.term, t, horizon, y, None, (mode, args), lambda term, t, y, a: term.vf(t, y, a), self.error_order
+            )
+            return jnp.minimum(t1 - t, horizon - t)
+
+        return _per_lane(one)(t, y, mode, args, horizon)
+
+    def segment_start(self, t, y, mode, args):
+        """First stage and conditions at a segment's start: a root there does not
+        count as a crossing (engine.solve.locate.start_value)."""
+        f = self.field(t, y, mode, args)
+        g, dg = self.conditions(t, y, mode, args, flow=f)
+        return f, start_value(g, dg, t)
 
     def plan(self, start: HybridPoint, params) -> _Plan:
         """Start of every point (params: name -> (points,)): state, first stage,
@@ -367,16 +373,12 @@ class _Machine:
         def one(params):
             y0, mode, args, t_end = start.start(params, settings)
             horizon = jnp.asarray(settings.t_max if t_end is None else t_end, y0.dtype)
-            t0 = jnp.zeros((), y0.dtype)
-            h, _ = self.controller.init(
-                self.term, t0, horizon, y0, None, (mode, args), lambda term, t, y, a: term.vf(t, y, a), self.error_order
-            )
-            return y0, jnp.asarray(mode, jnp.int32), args, horizon, jnp.minimum(h - t0, horizon)
+            return y0, jnp.asarray(mode, jnp.int32), args, horizon
 
-        y0, mode, args, horizon, h = _per_lane(one)(params)
+        y0, mode, args, horizon = _per_lane(one)(params)
         t0 = jnp.zeros_like(horizon)
-        f = self.field(t0, y0, mode, args)
-        g = self.conditions(t0, y0, mode, args)
+        f, g = self.segment_start(t0, y0, mode, args)
+        h = self.first_step(t0, y0, mode, args, horizon)
         return _Plan(y0, f, g, mode, args, horizon, h)
 
     def regular(self, s: _Lane) -> _Lane:
@@ -401,7 +403,7 @@ class _Machine:
         at_horizon = moves & clipped
         segment_steps = s.segment_steps + stepping
         out_of_steps = stepping & ~detect & ~at_horizon & (segment_steps >= settings.max_steps)
-        moves, detect = _once(stepping, (moves, detect))
+        moves, detect = self.once(stepping, (moves, detect))
         status = _select(
             [at_horizon & self.ends_at_horizon[s.mode], at_horizon, out_of_steps],
             [Status.SUCCESS, Status.EVENT_NOT_FOUND, Status.MAX_STEPS],
@@ -433,7 +435,9 @@ class _Machine:
         g1, dg1 = self.conditions(t1, y1, s.mode, s.args, flow=f1)
         _, dg0 = self.conditions(s.t, s.y, s.mode, s.args, flow=s.f)
         crossed = self.crossed(s.g, g1)
-        roots = _hermite_root(s.g, dg0, g1, dg1, s.span)
+        roots = jnp.stack(
+            [hermite_root(s.g[j], dg0[j], g1[j], dg1[j], s.span, d) for j, d in enumerate(self.directions or [None])]
+        )
         first = _argmin_rows(jnp.where(crossed, roots, jnp.inf))
         # Should rounding differ from the first time and nothing cross, the step
         # (accepted then) is taken.
@@ -454,7 +458,7 @@ class _Machine:
             lo=jnp.zeros_like(s.span),
             hi=s.span,
             dt=_pick(roots, first),
-            nudge=jnp.maximum(_time_tolerance(s.t, t1), 1e-300),
+            nudge=jnp.maximum(time_tolerance(s.t, t1), 1e-300),
             creeping=jnp.zeros(s.t.shape, bool),
             tries=jnp.zeros(s.t.shape, jnp.int32),
         )
@@ -472,9 +476,10 @@ class _Machine:
         finite = _all_rows(jnp.isfinite(y1))
         crossed = self.crossed(s.g, g1)
 
-        tol = _time_tolerance(s.t, s.t + s.span)
+        tol = time_tolerance(s.t, s.t + s.span)
         value, slope = _pick(g1, n.code), _pick(dg1, n.code)
-        past = _pick(crossed, n.code).astype(bool)
+        # A re-step of length zero is the step's start, where a root does not count.
+        past = _pick(crossed, n.code).astype(bool) & (n.dt > 0)
         lo = jnp.where(past, n.lo, n.dt)
         hi = jnp.where(past, n.dt, n.hi)
         # Safeguarded Newton: a condition need not be monotone over the step (a ball
@@ -507,11 +512,14 @@ class _Machine:
         target = _choose(code, [target(t1, y1, s.args) for target in self.targets])
         y_next = _choose(code, [reset(t1, y1, s.args) for reset in self.resets])
         next_mode = jnp.where(target >= 0, target, s.mode).astype(s.mode.dtype)
-        f_next = self.field(t1, y_next, next_mode, s.args)
-        g_next = self.conditions(t1, y_next, next_mode, s.args)
+        f_next, g_next = self.segment_start(t1, y_next, next_mode, s.args)
+        # A new segment starts with a fresh step-size guess, as in diffrax: the
+        # last proposed step may be far too long for the new mode (an exactly
+        # integrated flight grows it without bound).
+        h_next = self.first_step(t1, y_next, next_mode, s.args, s.horizon)
         reset_finite = _all_rows(jnp.isfinite(y_next))
         goes_on = located & (target >= 0) & reset_finite & (s.events + 1 < settings.max_segments)
-        goes_on, located, switch, creep, lost = _once(locating, (goes_on, located, switch, creep, lost))
+        goes_on, located, switch, creep, lost = self.once(locating, (goes_on, located, switch, creep, lost))
         status = _select(
             [located & (target < 0), located & ~reset_finite, located & ~goes_on, lost],
             [Status.SUCCESS, Status.NONFINITE, Status.MAX_SEGMENTS, Status.SOLVER_FAILED],
@@ -525,6 +533,7 @@ class _Machine:
             f=jnp.where(goes_on, f_next, s.f),
             g=jnp.where(goes_on, g_next, s.g),
             mode=jnp.where(goes_on, next_mode, s.mode),
+            h=jnp.where(goes_on, h_next, s.h),
             segment_steps=jnp.where(goes_on, 0, s.segment_steps),
             status=status,
             events=s.events + located,
@@ -572,11 +581,6 @@ def _inverse_root(x, n: int):
     return jnp.where(x == 0, jnp.inf, jnp.where(jnp.isinf(x), 0.0, y))
 
 
-def _time_tolerance(t0, t1):
-    """Rounding level of a time in [t0, t1]: where locating a crossing stops."""
-    return 4 * jnp.finfo(t0.dtype).eps * jnp.maximum(jnp.abs(t0), jnp.abs(t1))
-
-
 def _once(active, decisions):
     """The lanes' decisions, computed once, as the result of a conditional.
 
@@ -611,7 +615,7 @@ def _solution(lane: _Lane) -> HybridSolution:
 
 
 def solve_batch(
-    point: HybridPoint, params: dict, settings: SolverSettings, lanes: int, count=None
+    point: HybridPoint, params: dict, settings: SolverSettings, lanes: int, count=None, accelerator: bool = False
 ) -> HybridSolution:
     """Solve every point of `params` (name -> (n,) array) on `lanes` refilling lanes.
 
@@ -620,9 +624,12 @@ def solve_batch(
     are padding of a batch's fixed shape (their rows are left unsolved, status
     PENDING), so a short last batch costs what its points cost.
     """
-    machine = _Machine(point.system, settings)
+    machine = _Machine(point.system, settings, accelerator)
     n = next(iter(params.values())).shape[0]
-    lanes = min(lanes, n)
+    # Every loop's width is whole vectors on CPU, so that a point rounds alike
+    # on whichever lane and in whichever loop it runs (engine.solve.base.VECTOR).
+    whole = whole_vectors if not accelerator else (lambda k: max(1, k))
+    lanes = whole(lanes)
     count = n if count is None else jnp.minimum(count, n)
     # Every lane array keeps the lane axis last: a lane's state components are
     # then rows, contiguous across lanes, and XLA vectorises each operation over
@@ -663,7 +670,7 @@ def solve_batch(
         )
 
     # Before the first refill every lane is idle (point n, "none").
-    empty = started(take(plan, slice(0, lanes)), jnp.full((lanes,), n, jnp.int32))
+    empty = started(take(plan, jnp.minimum(jnp.arange(lanes), n - 1)), jnp.full((lanes,), n, jnp.int32))
 
     def refill(lane: _Lane, free, next_point):
         """Free lanes take the next points of the batch, in order."""
@@ -678,15 +685,18 @@ def solve_batch(
         lane = eqx.tree_at(lambda lane_: lane_.point, lane, jnp.where(free, jnp.where(takes, new, n), lane.point))
         return lane, next_point + jnp.sum(free)
 
-    # One spare row (index n) takes the writes of lanes that finished nothing.
-    results = jax.tree_util.tree_map(
-        lambda a: jnp.zeros(a.shape[:-1] + (n + 1,), a.dtype), _solution(empty)
-    )
+    results = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape[:-1] + (n,), a.dtype), _solution(empty))
 
     def write(lane, results, finished):
-        row = jnp.where(finished, lane.point, n)
+        # Lanes that finished nothing write to distinct rows past the end, which
+        # are dropped: every index is then unique. (Sent to one spare row, they
+        # made XLA:GPU serialise the scatter's colliding writes as atomics.)
+        width = lane.point.shape[0]
+        row = jnp.where(finished, lane.point, n + jnp.arange(width, dtype=lane.point.dtype))
         return jax.tree_util.tree_map(
-            lambda out, value: out.at[..., row].set(value, mode="promise_in_bounds"), results, _solution(lane)
+            lambda out, value: out.at[..., row].set(value, mode="drop", unique_indices=True),
+            results,
+            _solution(lane),
         )
 
     def locate_parked(lane):
@@ -694,7 +704,7 @@ def solve_batch(
         at a time (the rest wait for the next flush), gathered into a narrow loop of
         Newton re-steps, then put back."""
         width = lane.point.shape[0]
-        size = max(1, width // _LOCATE_SHARE)
+        size = min(width, whole(width // _LOCATE_SHARE))
         parked = (lane.status == Status.PENDING) & lane.locating
         index = jnp.nonzero(parked, size=size, fill_value=0)[0]
         valid = jnp.arange(size) < jnp.sum(parked)
@@ -705,7 +715,7 @@ def solve_batch(
         # Put back what locating changes; out-of-bounds indices (no lane) drop.
         back = jnp.where(valid, index, width)
         located = search.lane
-        changed = ("t", "y", "f", "g", "mode", "segment_steps", "status", "events", "event_t", "event_y",
+        changed = ("t", "y", "f", "g", "mode", "h", "segment_steps", "status", "events", "event_t", "event_y",
                    "event_code", "locating", "span")
         return _replace(
             lane, **{k: getattr(lane, k).at[..., back].set(getattr(located, k), mode="drop") for k in changed}
@@ -752,7 +762,7 @@ def solve_batch(
     # and at most 1/_TAIL_SHARE of the lanes are busy, those few are gathered into
     # a narrow loop, so one slow or failing point costs steps of a few lanes, not
     # of all of them, while it finishes alone.
-    tail = max(1, lanes // _TAIL_SHARE)
+    tail = min(lanes, whole(lanes // _TAIL_SHARE))
     lane, next_point = refill(empty, jnp.ones((lanes,), bool), jnp.asarray(0, jnp.int32))
     def running(lane):
         return (lane.status == Status.PENDING) & (lane.point < n)
@@ -767,4 +777,59 @@ def solve_batch(
     still_busy = jnp.arange(tail) < jnp.sum(running(lane))
     narrow = eqx.tree_at(lambda lane_: lane_.point, narrow, jnp.where(still_busy, narrow.point, n))
     _, results, _ = loop(narrow, results, next_point, lambda lane, next_point: jnp.any(lane.point < n))
-    return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a[..., :n], -1, 0), results)
+    return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, -1, 0), results)
+
+
+# Points of one call on CPU when the sweep does not say: a few flushes' worth
+# per lane, and no more padding than a default shard needs.
+CPU_BATCH = 8192
+# Lanes of a call: an eighth of its points, so each lane solves several in
+# turn, up to MAX_LANES on CPU. Measured on CPU (rolling ball, compiled calls
+# on 4 threads, 10-12 alternating runs, median points/s relative to 1,000
+# lanes): calls of 25,000 points: 768: 0.99, 896: 0.95, 960: 0.98, 1,024:
+# 0.87-0.88, 1,152: 0.97, 1,250: 0.99, 1,280: 0.97-1.01, 1,536: 0.87-0.91,
+# 3,125 (an eighth): 0.89; calls of 8,192 points: 1,024: 0.995, 1,280: 1.01.
+# (Why 1,024 and 1,536 lanes are slow on the larger calls only is not
+# understood; 512 lanes on calls of 4,096 points are not.)
+POINTS_PER_LANE = 8
+MAX_LANES = 1000
+# Working memory of one lane (state, stages, event log, search) and of one
+# point of a call (its start and its solution, kept until the call returns):
+# generous bounds for the studies' small states.
+LANE_BYTES = 16 * 1024
+POINT_BYTES = 4 * 1024
+
+
+class LanesSolver(BatchSolver):
+    """Refilling lanes for studies declared as a HybridPoint (see the module's docstring)."""
+
+    name = "lanes"
+
+    def unsupported(self, study) -> str | None:
+        if not isinstance(study.solve_point, HybridPoint):
+            return "its point function is not declared as a HybridPoint"
+        return None
+
+    def default_batch(self, study, device: Device) -> int:
+        if device.accelerator and device.memory:
+            return memory_batch(device, LANE_BYTES // POINTS_PER_LANE + POINT_BYTES)
+        return CPU_BATCH
+
+    def default_width(self, batch: int, device: Device) -> int:
+        lanes = max(1, batch // POINTS_PER_LANE)
+        return lanes if device.accelerator else min(MAX_LANES, lanes)
+
+    def working_bytes(self, plan: Plan) -> int:
+        return plan.width * LANE_BYTES + plan.batch * POINT_BYTES
+
+    def batch_function(self, study, settings, selected, plan):
+        dtype = jnp.dtype(settings.dtype)
+        point = study.solve_point
+
+        def run(params, count=None):
+            safe, admitted = jax.vmap(lambda p: safe_params(study, dtype, p))(params)
+            solutions = solve_batch(point, safe, settings, plan.width, count, plan.device.accelerator)
+            results = jax.vmap(lambda p, sol: point.finish(p, sol, settings))(safe, solutions)
+            return jax.vmap(lambda r, ok: masked(study, dtype, selected, r, ok))(results, admitted)
+
+        return run
