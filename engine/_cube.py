@@ -28,7 +28,7 @@ import zarr
 import zarr.api.asynchronous
 from zarr.core.sync import sync
 
-from ._config import Sweep
+from ._config import Sweep, check_out
 from ._cost import layouts
 from ._provenance import provenance
 from ._status import status_attrs
@@ -182,11 +182,18 @@ def prepare(sweep: Sweep, path, overwrite: bool = False) -> str:
     it over and releases it at its end. Returns "created" or "resumed".
     """
     path = pathlib.Path(path)
-    from ._config import check_out
-
     check_out(path, sweep.file, "run.out")
     path.parent.mkdir(parents=True, exist_ok=True)
-    _acquire(path, handover=True)
+    took = _acquire(path, handover=True)
+    try:
+        return _prepare_owned(sweep, path, overwrite)
+    except BaseException:
+        if took:  # refused or interrupted: the run that would take it over never starts
+            _release(path)
+        raise
+
+
+def _prepare_owned(sweep: Sweep, path: pathlib.Path, overwrite: bool) -> str:
     _remove_leftovers(path)
     if not path.exists():
         create(sweep, path)
@@ -246,10 +253,11 @@ def _held_key(path) -> tuple:
     return str(pathlib.Path(path).resolve()), threading.get_ident()
 
 
-def _acquire(path, handover: bool = False) -> None:
+def _acquire(path, handover: bool = False) -> bool:
     """Own `path` (an flock on its lock file), or raise StoreError naming the owner.
     Re-entrant within a thread. `handover`: held for the next `locked(path)` to
-    take over (prepare, then the run), or, inside a `locked(path)`, nothing to do."""
+    take over (prepare, then the run), or, inside a `locked(path)`, nothing to do.
+    Returns whether this call took a new hold."""
     key = _held_key(path)
     with _HELD_GUARD:
         held = _HELD.get(key)
@@ -257,7 +265,7 @@ def _acquire(path, handover: bool = False) -> None:
             if not handover:
                 held[1] += 0 if held[2] else 1
                 held[2] = False
-            return
+            return False
         fd = os.open(lock_path(key[0]), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -268,6 +276,7 @@ def _acquire(path, handover: bool = False) -> None:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
         _HELD[key] = [fd, 1, handover]
+        return True
 
 
 def _holder(fd) -> str:

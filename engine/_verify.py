@@ -112,7 +112,8 @@ def check_shards(sweep, path) -> ShardCheck:
             for shard, values in read_by_shard(group[name], layout, every):
                 if isinstance(values, Exception):
                     if shard in markers:
-                        bad.setdefault(shard, f"{name} cannot be read ({type(values).__name__}: {values})")
+                        reason = " ".join(f"{type(values).__name__}: {values}".split())  # one line
+                        bad.setdefault(shard, f"{name} cannot be read ({reason})")
                     continue
                 if name == "status":
                     for code, n in zip(*np.unique(values, return_counts=True), strict=True):

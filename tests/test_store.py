@@ -51,8 +51,29 @@ def test_second_config_on_same_store_is_refused_and_store_unchanged(small_sweep)
     with pytest.raises(StoreError, match="another config"):
         run(other, progress=False)
     assert tree_digest(sweep.out) == before
+    _usable_by_another_thread(sweep.out)  # the refused run keeps no hold on it
     run(other, overwrite=True, progress=False)
     assert open_cube(sweep.out).sizes["spin_ratio"] == 5
+
+
+def _usable_by_another_thread(store):
+    import threading
+
+    from engine._cube import locked
+
+    errors = []
+
+    def use():
+        try:
+            with locked(store):
+                pass
+        except StoreError as err:
+            errors.append(err)
+
+    t = threading.Thread(target=use)
+    t.start()
+    t.join()
+    assert not errors, errors
 
 
 def test_rerun_of_a_complete_cube_computes_nothing(small_sweep):
