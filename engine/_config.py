@@ -9,11 +9,13 @@ import functools
 import hashlib
 import json
 import math
+import os
 import pathlib
 import tomllib
 
 import numpy as np
 
+from ._layout import Layout, chunk_shape
 from ._study import Study, load_study
 from .solve.settings import DTYPES, SOLVERS, SolverSettings
 
@@ -22,6 +24,20 @@ RUN_KEYS = {"shard_size", "batch_size", "out", "executor", "workers"}
 EXECUTORS = ("local", "inline", "slurm")
 CRITICAL_KEYS = {"output", "axis", "bracket", "target", "xtol"}
 MAX_AXIS_LENGTH = 10_000_000  # an axis is held in memory when the sweep is read
+# The whole grid: every shard is a scheduler task and a chunk file per array, and
+# the list of pending shards is held in memory, so their count is bounded; the
+# points bound keeps one output array within what a disk holds (8e10 bytes).
+MAX_POINTS = 10_000_000_000
+MAX_SHARDS = 1_000_000
+# Step and segment counters are int32 on the device; far below that, a point that
+# needs more than this many steps per segment is better given looser tolerances.
+MAX_STEPS = 10_000_000
+MAX_SEGMENTS = 100_000
+MAX_WORKERS = 1024  # worker processes or threads of one run
+# exponents of 10 that stay normal, finite float64 values
+LOG_EXPONENTS = (-307.0, 308.0)
+# Out paths that are virtual file systems: writing a store there fails or does harm.
+VIRTUAL_ROOTS = ("/proc", "/sys", "/dev")
 
 
 class ConfigError(ValueError):
@@ -101,10 +117,40 @@ def _digest(values) -> str:
 def load_sweep(path, *, out=None) -> Sweep:
     path = pathlib.Path(path)
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode()
     except OSError as err:
         raise ConfigError(path, "<file>", f"cannot read: {err.strerror}") from None
-    return parse_sweep(text, file=path, out=out)
+    except UnicodeDecodeError as err:
+        raise ConfigError(path, "<file>", f"not UTF-8 text (byte {err.object[err.start]:#04x} at offset "
+                          f"{err.start})") from None
+    sweep = parse_sweep(text, file=path, out=out)
+    check_out(sweep.out, path, "run.out" if out is None else "--out")
+    return sweep
+
+
+def check_workers(workers, file="<command line>", key="--workers") -> None:
+    """A worker count given on the command line or in [run]."""
+    if workers is None:
+        return
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+        raise ConfigError(file, key, f"must be an integer from 1 to {MAX_WORKERS}, got {workers!r}")
+
+
+def check_out(out, file, key) -> None:
+    """Refuse an out path that can never hold a store, before anything is written:
+    one inside a regular file, on a virtual file system, or in a folder this
+    process cannot write. (An existing folder that is not a cube is refused when
+    the store is prepared, naming what is there.)"""
+    path = pathlib.Path(os.path.abspath(out))
+    if any(path == pathlib.Path(root) or pathlib.Path(root) in path.parents for root in VIRTUAL_ROOTS):
+        raise ConfigError(file, key, f"{out} is on a virtual file system ({path.parts[1]}); choose another path")
+    if path.exists() and not path.is_dir():
+        raise ConfigError(file, key, f"{out} exists and is not a folder; choose another path")
+    parent = next(p for p in path.parents if p.exists())
+    if not parent.is_dir():
+        raise ConfigError(file, key, f"{out} is inside {parent}, which is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(file, key, f"{out}: the folder {parent} is not writable")
 
 
 def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
@@ -138,6 +184,7 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
     if not axes_doc:
         raise ConfigError(file, "axes", "no axis given: a sweep needs at least one swept parameter")
     axes = tuple(check.axis(name, spec, known) for name, spec in axes_doc.items())
+    check.grid_size(axes)
     parameters = {n: float(overrides.get(n, p.default)) for n, p in known.items() if n not in axes_doc}
     check.constraints(study, parameters, axes, overrides)
     outputs = check.outputs(doc, study)
@@ -156,6 +203,9 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
     if executor not in EXECUTORS:
         raise ConfigError(file, "run.executor", f"{executor!r} is not one of {EXECUTORS}")
     workers = check.positive_int(run, "run.workers", None)
+    check_workers(workers, file, "run.workers")
+    check.shard_count(axes, shard_size)
+    _check_slurm(check.table(doc, "slurm"), file)
     out_path = out if out is not None else check.typed(run, "out", str, prefix="run.", required=True)
     return Sweep(
         file=str(file),
@@ -173,6 +223,14 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
         workers=workers,
         slurm=check.table(doc, "slurm"),
     )
+
+
+def _check_slurm(table: dict, file) -> None:
+    """The [slurm] table's keys and types, whatever the executor: a typo is
+    reported by `validate` and every run, not only when a SLURM run starts."""
+    from ._slurm import _checked  # imports this module
+
+    _checked(table, str(file))
 
 
 class _Checker:
@@ -256,10 +314,19 @@ class _Checker:
                 self.fail(f"{key}.{kind}[2]", f"count must be a positive integer, got {count!r}")
             if count > MAX_AXIS_LENGTH:
                 self.fail(f"{key}.{kind}[2]", f"{count:,} values exceed the limit of {MAX_AXIS_LENGTH:,} per axis")
-            values = (np.linspace if kind == "linspace" else np.logspace)(start, stop, count)
+            if kind == "logspace":
+                for i, exponent in enumerate((start, stop)):
+                    if not LOG_EXPONENTS[0] <= exponent <= LOG_EXPONENTS[1]:
+                        self.fail(f"{key}.logspace[{i}]", f"10**{exponent:g} is not a normal float64 (exponents "
+                                  f"must be within [{LOG_EXPONENTS[0]:g}, {LOG_EXPONENTS[1]:g}])")
+            with np.errstate(all="ignore"):  # an overflow is reported below, as a reason
+                values = (np.linspace if kind == "linspace" else np.logspace)(start, stop, count)
+            if not np.all(np.isfinite(values)):
+                self.fail(f"{key}.{kind}", f"values from {start:g} to {stop:g} overflow a float64")
         else:
             self.fail(key, f"unknown axis kind {kind!r} (expected linspace, logspace or values)")
-        steps = np.diff(values)
+        with np.errstate(all="ignore"):  # a step beyond float64 is still a sign
+            steps = np.diff(values)
         if len(values) > 1 and not (np.all(steps > 0) or np.all(steps < 0)):
             self.fail(key, "values must be strictly increasing or strictly decreasing")
         outside = np.flatnonzero(~known[name].admitted(values))
@@ -267,6 +334,18 @@ class _Checker:
             i = int(outside[0])
             self.fail(key, f"value {values[i]!r} (index {i}) is outside the allowed range {known[name].domain}")
         return Axis(name, values, spec)
+
+    def grid_size(self, axes) -> None:
+        points = math.prod(len(a.values) for a in axes)
+        if points > MAX_POINTS:
+            sizes = " x ".join(f"{len(a.values):,}" for a in axes)
+            self.fail("axes", f"{sizes} = {points:,} points exceed the limit of {MAX_POINTS:,} points per cube")
+
+    def shard_count(self, axes, shard_size) -> None:
+        layout = Layout(tuple(len(a.values) for a in axes), chunk_shape(tuple(len(a.values) for a in axes), shard_size))
+        if layout.n_shards > MAX_SHARDS:
+            self.fail("run.shard_size", f"{layout.n_shards:,} shards exceed the limit of {MAX_SHARDS:,} (one task and "
+                      f"one file per array each); raise shard_size")
 
     def outputs(self, doc, study) -> tuple[str, ...]:
         names = [o.name for o in study.outputs]
@@ -312,6 +391,9 @@ class _Checker:
                 self.fail(full, f"{value!r} is not one of {DTYPES}")
             elif key in ("max_steps", "max_segments"):
                 value = self.positive_int(doc, full, None)
+                bound = MAX_STEPS if key == "max_steps" else MAX_SEGMENTS
+                if value > bound:
+                    self.fail(full, f"{value:,} exceeds the limit of {bound:,}")
             elif key in ("rtol", "atol", "t_max"):
                 value = self.number(full, value)
                 if value <= 0:

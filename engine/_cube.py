@@ -15,8 +15,11 @@ import os
 import pathlib
 import shutil
 import socket
+import threading
+import time
 import uuid
 import warnings
+import zlib
 
 import dask.array as da
 import numpy as np
@@ -25,7 +28,7 @@ import zarr
 import zarr.api.asynchronous
 from zarr.core.sync import sync
 
-from ._config import Sweep
+from ._config import Sweep, check_out
 from ._cost import layouts
 from ._provenance import provenance
 from ._status import status_attrs
@@ -171,35 +174,54 @@ def create(sweep: Sweep, path: pathlib.Path) -> None:
 
 
 def prepare(sweep: Sweep, path, overwrite: bool = False) -> str:
-    """Create the cube, or check that an existing one belongs to this config.
+    """Own the store, then create it, or check that an existing one belongs to this
+    config and drop the done markers of shards whose data is damaged.
 
-    Returns "created" or "resumed".
+    Ownership (`locked`) is taken before anything is created or replaced and is
+    kept by this process: the `locked(path)` block that follows (the run) takes
+    it over and releases it at its end. Returns "created" or "resumed".
     """
     path = pathlib.Path(path)
-    if path.exists():
-        attrs = read_attrs(path)
-        found = attrs.get("config_hash")
-        if found is None:
-            raise StoreError(f"{path}: exists and is not a rollsweep cube; choose another --out")
-        if found == sweep.config_hash:
-            check_format(path, attrs)
-            return "resumed"
-        if not overwrite:
-            raise StoreError(
-                f"{path}: holds a cube of another config (hash {found[:12]}, this config "
-                f"{sweep.config_hash[:12]}); use --overwrite to replace it or choose another --out"
-            )
-        with locked(path):  # never replace a cube another run is writing
-            create(sweep, path)
-        return "created"
+    check_out(path, sweep.file, "run.out")
     path.parent.mkdir(parents=True, exist_ok=True)
+    took = _acquire(path, handover=True)
     try:
+        return _prepare_owned(sweep, path, overwrite)
+    except BaseException:
+        if took:  # refused or interrupted: the run that would take it over never starts
+            _release(path)
+        raise
+
+
+def _prepare_owned(sweep: Sweep, path: pathlib.Path, overwrite: bool) -> str:
+    _remove_leftovers(path)
+    if not path.exists():
         create(sweep, path)
-    except OSError:
-        if not path.exists():
-            raise
-        return prepare(sweep, path)  # another process created it first: same checks
+        return "created"
+    attrs = read_attrs(path)
+    found = attrs.get("config_hash")
+    if found is None:
+        raise StoreError(f"{path}: exists and is not a rollsweep cube; choose another --out")
+    if found == sweep.config_hash:
+        check_format(path, attrs)
+        from ._verify import repair
+
+        repair(sweep, path)
+        return "resumed"
+    if not overwrite:
+        raise StoreError(
+            f"{path}: holds a cube of another config (hash {found[:12]}, this config "
+            f"{sweep.config_hash[:12]}); use --overwrite to replace it or choose another --out"
+        )
+    create(sweep, path)
     return "created"
+
+
+def _remove_leftovers(path: pathlib.Path) -> None:
+    """Temporary folders of creations that were interrupted (only the owner of the
+    store creates them, and the caller owns it now)."""
+    for leftover in path.parent.glob(f".{path.name}.tmp-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def check_format(path, attrs=None) -> None:
@@ -212,23 +234,80 @@ def check_format(path, attrs=None) -> None:
         )
 
 
-@contextlib.contextmanager
-def locked(path):
-    """Exclusive use of a store by one `rollsweep run` (an advisory flock on a
-    file in the store): a second run on the same store is refused, not interleaved."""
-    lock = pathlib.Path(path) / MARKERS / "lock"
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+def lock_path(path) -> pathlib.Path:
+    """The lock file beside a store (`NAME.zarr.lock`): never moved or removed, so
+    every run locks the same file whatever happens to the store itself."""
+    path = pathlib.Path(path)
+    return path.with_name(path.name + ".lock")
+
+
+# Stores this process owns, by (resolved path, thread): [fd of the locked file,
+# users, handover]. By thread, since two threads of one process starting runs on
+# one store must exclude each other too (each opens the file: flock excludes
+# open files, not processes).
+_HELD: dict = {}
+_HELD_GUARD = threading.Lock()
+
+
+def _held_key(path) -> tuple:
+    return str(pathlib.Path(path).resolve()), threading.get_ident()
+
+
+def _acquire(path, handover: bool = False) -> bool:
+    """Own `path` (an flock on its lock file), or raise StoreError naming the owner.
+    Re-entrant within a thread. `handover`: held for the next `locked(path)` to
+    take over (prepare, then the run), or, inside a `locked(path)`, nothing to do.
+    Returns whether this call took a new hold."""
+    key = _held_key(path)
+    with _HELD_GUARD:
+        held = _HELD.get(key)
+        if held is not None:
+            if not handover:
+                held[1] += 0 if held[2] else 1
+                held[2] = False
+            return False
+        fd = os.open(lock_path(key[0]), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            holder = _holder(fd)
+            os.close(fd)
             raise StoreError(f"{path}: in use by another rollsweep run ({holder}); wait for it or stop it") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        _HELD[key] = [fd, 1, handover]
+        return True
+
+
+def _holder(fd) -> str:
+    # The owner writes its name just after locking: give it a moment.
+    for _ in range(20):
+        text = os.pread(fd, 200, 0).decode(errors="replace").strip()
+        if text:
+            return text
+        time.sleep(0.01)
+    return "owner unknown"
+
+
+def _release(path) -> None:
+    key = _held_key(path)
+    with _HELD_GUARD:
+        held = _HELD[key]
+        held[1] -= 1
+        if held[1] == 0:
+            del _HELD[key]
+            os.close(held[0])  # closing releases the lock
+
+
+@contextlib.contextmanager
+def locked(path):
+    """Exclusive use of a store by one `rollsweep run`: a second run on the same
+    store, from any process, is refused naming the owner, never interleaved."""
+    _acquire(path)
+    try:
         yield
     finally:
-        os.close(fd)  # closing releases the lock
+        _release(path)
 
 
 def read_attrs(path) -> dict:
@@ -266,12 +345,29 @@ async def _opened_arrays(path, names) -> dict:
     return arrays
 
 
+def digest(values: np.ndarray) -> str:
+    """Checksum of an array's values as a reader gets them. NaNs count as one
+    value: a chunk that is all NaN, the fill value, is not stored and reads back
+    as the canonical NaN whatever NaN was written."""
+    values = np.ascontiguousarray(values)
+    if values.dtype.kind == "f" and np.isnan(values).any():
+        values = np.where(np.isnan(values), np.nan, values).astype(values.dtype)
+    return f"{zlib.crc32(values.tobytes()):08x}"
+
+
+# What each thread last wrote (store, digests), for the done marker it writes next:
+# a shard's task writes its region, then marks it done, on one thread.
+_WRITTEN = threading.local()
+
+
 def write_region(path, region: tuple[slice, ...], values: dict) -> None:
-    """Write one shard's arrays (name -> array shaped like the region).
+    """Write one shard's arrays (name -> array shaped like the region), and keep
+    their checksums for the shard's done marker.
 
     All arrays at once on zarr's event loop: written one after another, each
     write waits for its own round trip (1.8 ms per array on a 2-core machine,
     most of a cheap study's shard time)."""
+    digests = {}
 
     async def write_all():
         arrays = await _opened_arrays(path, list(values))
@@ -279,12 +375,16 @@ def write_region(path, region: tuple[slice, ...], values: dict) -> None:
         async def write(name, array):
             target = arrays[name]
             extra = (slice(None),) * (target.ndim - len(region))
+            array = np.asarray(array, dtype=target.dtype)  # as a reader will get it
+            digests[name] = digest(array)
             await target.setitem(region + extra, array)
 
         await asyncio.gather(*(write(name, array) for name, array in values.items()))
 
+    _WRITTEN.last = None
     with _quiet_zarr():
         sync(write_all())
+    _WRITTEN.last = (str(pathlib.Path(path).resolve()), digests)
 
 
 def slurm_folder(path) -> pathlib.Path:
@@ -297,8 +397,14 @@ def marker_path(path, kind: str, shard: int) -> pathlib.Path:
 
 
 def mark_done(path, kind: str, shard: int, info: dict) -> None:
+    """Mark a shard done, with the checksums of what this thread just wrote for it
+    (`verify` and the next run compare the data against them)."""
+    written = getattr(_WRITTEN, "last", None)
+    if written is not None and written[0] == str(pathlib.Path(path).resolve()):
+        info = info | {"digests": written[1]}
+        _WRITTEN.last = None
     final = marker_path(path, kind, shard)
-    tmp = final.with_suffix(".tmp")
+    tmp = final.with_suffix(f".tmp-{uuid.uuid4().hex[:8]}")
     tmp.write_text(json.dumps(info))
     os.replace(tmp, final)  # atomic: a marker is either absent or complete
     failed_marker(path, kind, shard).unlink(missing_ok=True)
@@ -317,16 +423,41 @@ def mark_failed(path, kind: str, shard: int, error: str) -> None:
     os.replace(tmp, final)
 
 
+def _read_json(path: pathlib.Path):
+    """A marker's content, or None where it is empty or corrupt (a disk that filled
+    up or a hand edit): such a marker counts as absent."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def failed_shards(path) -> list[dict]:
     folder = pathlib.Path(path) / MARKERS / "failed"
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
+    if not folder.exists():
+        return []
+    found = (_read_json(p) for p in sorted(folder.glob("*.json")))
+    return [f for f in found if isinstance(f, dict) and {"kind", "shard", "error"} <= f.keys()]
 
 
 def done_shards(path, kind: str) -> set[int]:
+    """Shards with a done marker (by name only: runs call this often). A marker that
+    cannot be read, or whose shard's data is damaged, is removed when a run
+    prepares the store (`_verify.repair`)."""
     folder = pathlib.Path(path) / MARKERS / kind
-    return {int(p.stem) for p in folder.glob("*.json")} if folder.exists() else set()
+    return {int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit()} if folder.exists() else set()
 
 
-def read_markers(path, kind: str) -> list[dict]:
+def has_done_shards(path) -> bool:
+    return any(done_shards(path, kind) for kind in (GRID, CRITICAL))
+
+
+def read_markers(path, kind: str) -> dict[int, dict | None]:
+    """Each done marker by shard: its content, or None where it cannot be read."""
     folder = pathlib.Path(path) / MARKERS / kind
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    markers = {}
+    for p in sorted(folder.glob("*.json")):
+        if p.stem.isdigit():
+            content = _read_json(p)
+            markers[int(p.stem)] = content if isinstance(content, dict) else None
+    return markers

@@ -2,25 +2,26 @@
 
 import dataclasses
 
-import numpy as np
-
 from ._cost import layouts
-from ._cube import CRITICAL, GRID, cube_sweep, failed_shards, open_cube, read_markers
+from ._cube import CRITICAL, GRID, cube_sweep, failed_shards
+from ._status import Status
+from ._verify import check_shards
 
 
 @dataclasses.dataclass(frozen=True)
 class Progress:
     study: str
-    shards_done: dict  # kind -> (done, total)
+    shards_done: dict  # kind -> (done, total); a damaged shard is not done
     points_done: int
     points_total: int
     failed_points: int
     status_counts: dict  # status name -> count, over the grid
     failed: list  # shards whose computation raised: {"kind", "shard", "error"}
+    damaged: list = dataclasses.field(default_factory=list)  # what verify finds, one line each
 
     @property
     def complete(self) -> bool:
-        return all(done == total for done, total in self.shards_done.values())
+        return not self.damaged and all(done == total for done, total in self.shards_done.values())
 
     def describe(self) -> str:
         lines = [f"study            {self.study}"]
@@ -32,24 +33,26 @@ class Progress:
         lines.append(f"failed points    {self.failed_points:,}")
         lines += [f"  {name:<14} {count:,}" for name, count in self.status_counts.items()]
         lines += [f"failed {f['kind']} shard {f['shard']}: {f['error']}" for f in self.failed]
+        lines += [f"damaged {line} (solved again by the next run)" for line in self.damaged]
         lines.append("complete" if self.complete else "incomplete: run the same command again to resume")
         return "\n".join(lines)
 
 
 def progress(path) -> Progress:
+    """Progress as `verify` sees it: a shard counts as done only if its data reads
+    back as written."""
     sweep = cube_sweep(path)
     grid, critical = layouts(sweep)
+    check = check_shards(sweep, path)
     shards, points_done, failed = {}, 0, 0
     for kind, layout in ((GRID, grid), (CRITICAL, critical)):
         if layout is None:
             continue
-        markers = read_markers(path, kind)
+        markers = check.markers[kind]
         shards[kind] = (len(markers), layout.n_shards)
-        failed += sum(m["failed"] for m in markers)
+        failed += sum(m.get("failed", 0) for m in markers.values())
         if kind == GRID:
-            points_done = sum(m["points"] for m in markers)
-    from ._status import Status
-
-    codes = np.asarray(open_cube(path)["status"].values)
-    counts = {s.name.lower(): int(np.count_nonzero(codes == s)) for s in Status if np.any(codes == s)}
-    return Progress(sweep.study.name, shards, points_done, grid.n_points, failed, counts, failed_shards(path))
+            points_done = sum(m.get("points", 0) for m in markers.values())
+    counts = {s.name.lower(): check.status_counts[s] for s in Status if check.status_counts.get(s)}
+    return Progress(sweep.study.name, shards, points_done, grid.n_points, failed, counts, failed_shards(path),
+                    check.problems())

@@ -5,7 +5,7 @@ import os
 import pathlib
 import sys
 
-from ._config import ConfigError, load_sweep
+from ._config import ConfigError, check_workers, load_sweep
 from ._cube import StoreError
 
 EXIT_BAD_INPUT = 2
@@ -29,6 +29,7 @@ def _studies(args):
 def _validate(args):
     from ._cost import check_memory
 
+    check_workers(args.workers)
     sweep = load_sweep(args.config, out=args.out)
     cost = check_memory(sweep, args.workers or 1)
     axes = ", ".join(f"{a.name}[{len(a.values)}]" for a in sweep.axes)
@@ -40,7 +41,9 @@ def _validate(args):
 def _run(args):
     from ._execute import run
 
+    check_workers(args.workers)
     sweep = load_sweep(args.config, out=args.out)
+    args.store = sweep.out  # where a disk error happened, if it does not say
     report = run(
         sweep,
         executor=args.executor,
@@ -186,6 +189,19 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _disk_error(args, err: OSError) -> str:
+    """One line for an OS error: where (the file it names, else the store, else the
+    command's path) and, when a store with finished shards exists, how to resume."""
+    from ._cube import has_done_shards
+
+    store = getattr(args, "store", None)
+    where = err.filename or store or getattr(args, "path", None) or getattr(args, "config", "")
+    line = f"{where}: {err.strerror or err}"
+    if store is not None and has_done_shards(store):
+        line += "; shards already done are kept: run the same command again to resume"
+    return line
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     if args.command in ("plot", "demo"):
@@ -201,9 +217,7 @@ def main(argv=None) -> int:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
         return 0
     except OSError as err:  # full disk, read-only or vanished store
-        where = err.filename or getattr(args, "path", None) or getattr(args, "config", "")
-        print(f"rollsweep: error: {where}: {err.strerror or err}; shards already done are kept: "
-              "run the same command again to resume", file=sys.stderr)
+        print(f"rollsweep: error: {_disk_error(args, err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("rollsweep: interrupted; run the same command again to resume", file=sys.stderr)

@@ -1,5 +1,7 @@
 """Bad sweep files: a clear message naming file, key and reason; nothing written."""
 
+import pathlib
+
 import pytest
 
 from engine.cli import main
@@ -56,6 +58,27 @@ CASES = [
     ("unknown run key", "run", '[run]\nshards = 4\nout = "OUT"', "run.shards", "unknown key"),
     ("unknown table", "critical", "[plot]\ncolor = 1", "plot", "unknown table or key"),
     ("TOML syntax", "critical", "[critical\n", "<syntax>", "not valid TOML"),
+    ("grid too large", "axes",
+     "[axes]\nspin_ratio = { linspace = [0.0, 3.0, 1000000] }\ndrag = { linspace = [0.0, 1.0, 1000000] }",
+     "axes", "1,000,000,000,000 points exceed the limit of 10,000,000,000"),
+    ("too many shards", ("axes", "run"),
+     ("[axes]\nspin_ratio = { linspace = [0.0, 3.0, 3000] }\ndrag = { linspace = [0.0, 1.0, 1000] }",
+      '[run]\nshard_size = 1\nout = "OUT"'), "run.shard_size", "3,000,000 shards exceed the limit of 1,000,000"),
+    ("max_steps too large", "solver", "[solver]\nmax_steps = 3000000000", "solver.max_steps",
+     "3,000,000,000 exceeds the limit of 10,000,000"),
+    ("max_segments too large", "solver", "[solver]\nmax_segments = 1000000000", "solver.max_segments",
+     "exceeds the limit"),
+    ("logspace overflow", "axes", "[axes]\ndrag = { logspace = [0, 400, 10] }", "axes.drag.logspace[1]",
+     "10**400 is not a normal float64"),
+    ("logspace underflow", "axes", "[axes]\ndrag = { logspace = [-400, 0, 10] }", "axes.drag.logspace[0]",
+     "10**-400 is not a normal float64"),
+    ("linspace overflow", "axes", "[axes]\ndrag = { linspace = [-1.7e308, 1.7e308, 10] }", "axes.drag.linspace",
+     "overflow a float64"),
+    ("run.workers zero", "run", '[run]\nworkers = 0\nout = "OUT"', "run.workers", "positive integer"),
+    ("run.workers huge", "run", '[run]\nworkers = 100000\nout = "OUT"', "run.workers",
+     "must be an integer from 1 to 1024"),
+    ("unknown slurm key", "critical", '[slurm]\npartitoin = "gpu"', "slurm.partitoin", "unknown key"),
+    ("bad slurm value", "critical", "[slurm]\ncores = -4", "slurm.cores", "positive integer"),
 ]
 
 
@@ -111,3 +134,83 @@ def test_whole_axis_check_agrees_with_value_by_value():
             assert [p.admits(v) for v in values] == expected
     assert list(Parameter("k", "", 1.0, Interval(0, 5), "", integer=True).admitted(values)) == [
         False, False, True, False, True, True, False, False, False]
+
+
+def _good(tmp_path, out=None):
+    out = tmp_path / "cube.zarr" if out is None else out
+    return sweep_file(tmp_path, "\n".join(GOOD.values()).replace("OUT", str(out))), out
+
+
+def _one_line_error(capsys, *fragments):
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rollsweep: error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], err
+    assert "Warning" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["run", "validate"])
+@pytest.mark.parametrize("workers", ["-2", "-1", "0", "5000"])
+def test_bad_worker_count_is_refused_before_anything_is_written(tmp_path, capsys, command, workers):
+    path, out = _good(tmp_path)
+    assert main([command, str(path), "--workers", workers]) == 2
+    _one_line_error(capsys, "<command line>: --workers: must be an integer from 1 to 1024")
+    assert list(tmp_path.iterdir()) == [path]
+
+
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_invalid_utf8_is_one_line_naming_the_file(tmp_path, capsys, command):
+    path = tmp_path / "sweep.toml"
+    path.write_bytes(b'study = "pingpong"\n# caf\xe9\n')
+    assert main([command, str(path)]) == 2
+    _one_line_error(capsys, f"{path}: <file>: not UTF-8 text (byte 0xe9 at offset 24)")
+
+
+@pytest.mark.parametrize("command", ["run", "validate"])
+@pytest.mark.parametrize("where", ["inside a file", "proc", "existing file"])
+def test_out_path_that_cannot_be_a_store_is_refused(tmp_path, capsys, command, where):
+    blocker = tmp_path / "plain.txt"
+    blocker.write_text("not a folder")
+    out = {"inside a file": blocker / "cube.zarr", "proc": pathlib.Path("/proc/self/cube.zarr"),
+           "existing file": blocker}[where]
+    path, _ = _good(tmp_path, out)
+    assert main([command, str(path)]) == 2
+    reason = {"inside a file": "which is a file, not a folder", "proc": "on a virtual file system",
+              "existing file": "exists and is not a folder"}[where]
+    _one_line_error(capsys, f"{path}: run.out: ", reason)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.txt", "sweep.toml"]
+    assert main([command, str(_good(tmp_path)[0]), "--out", str(out)]) == 2
+    _one_line_error(capsys, ": --out: ", reason)
+
+
+def test_disk_error_names_the_store_not_the_sweep(tmp_path, capsys, monkeypatch):
+    """A disk error without a file name (as zarr raises them) names the store; with
+    nothing done yet, no advice to resume."""
+    import errno
+
+    import engine._cube
+
+    path, out = _good(tmp_path)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(engine._cube, "create", full)
+    assert main(["run", str(path), "--quiet"]) == 2
+    line = _one_line_error(capsys, f"{out}: No space left on device")
+    assert str(path) not in line and "resume" not in line
+
+
+@pytest.mark.parametrize("spec", ["logspace = [0, 400, 10]", "logspace = [-400, 0, 10]",
+                                  "linspace = [-1.7e308, 1.7e308, 10]"])
+def test_axis_overflow_raises_no_numpy_warning(spec):
+    import warnings
+
+    from engine._config import ConfigError, parse_sweep
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a numpy RuntimeWarning would fail here
+        with pytest.raises(ConfigError, match="float64"):
+            parse_sweep(f'study = "pingpong"\n[axes]\ndrag = {{ {spec} }}\n[run]\nout = "x.zarr"')

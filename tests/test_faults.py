@@ -54,7 +54,7 @@ def test_verify_finds_a_done_shard_without_values(small_sweep, capsys):
         if chunk.is_file() and chunk.name == "2":
             chunk.unlink()
     assert main(["verify", str(sweep.out)]) == 1
-    assert "grid shard 2 is marked done but has points never written" in capsys.readouterr().out
+    assert "grid shard 2 status differs from what was written (chunk lost or damaged)" in capsys.readouterr().out
 
 
 def test_store_of_another_format_is_refused_clearly(small_sweep, capsys):

@@ -51,8 +51,29 @@ def test_second_config_on_same_store_is_refused_and_store_unchanged(small_sweep)
     with pytest.raises(StoreError, match="another config"):
         run(other, progress=False)
     assert tree_digest(sweep.out) == before
+    _usable_by_another_thread(sweep.out)  # the refused run keeps no hold on it
     run(other, overwrite=True, progress=False)
     assert open_cube(sweep.out).sizes["spin_ratio"] == 5
+
+
+def _usable_by_another_thread(store):
+    import threading
+
+    from engine._cube import locked
+
+    errors = []
+
+    def use():
+        try:
+            with locked(store):
+                pass
+        except StoreError as err:
+            errors.append(err)
+
+    t = threading.Thread(target=use)
+    t.start()
+    t.join()
+    assert not errors, errors
 
 
 def test_rerun_of_a_complete_cube_computes_nothing(small_sweep):
@@ -86,3 +107,137 @@ def test_kill_then_resume_gives_identical_cube(small_sweep, tmp_path):
     reference = load_sweep(path, out=str(tmp_path / "reference.zarr"))
     run(reference, progress=False)
     assert cubes_identical(open_cube(killed.out).load(), open_cube(reference.out).load())
+
+
+def _two_configs(small_sweep, tmp_path):
+    """Two sweep files on one out path that differ only in max_steps."""
+    axes = 'spin_ratio = { linspace = [0.0, 3.0, 41] }'
+    few = small_sweep(axes=axes, extra="max_steps = 24", shard_size=2).rename(tmp_path / "few.toml")
+    many = small_sweep(axes=axes, extra="max_steps = 4096", shard_size=2)
+    return load_sweep(few), load_sweep(many)
+
+
+def _winner_is_whole(sweeps, winner, tmp_path):
+    """The cube on the shared path is exactly the winner's: its attributes and
+    every value, as an undisturbed run of the winner's config writes them."""
+    from engine._verify import verify
+
+    store = sweeps[winner].out
+    assert open_cube(store).attrs["config_hash"] == sweeps[winner].config_hash
+    assert verify(store) == []
+    reference = load_sweep(sweeps[winner].file, out=str(tmp_path / f"reference-{winner}.zarr"))
+    run(reference, progress=False)
+    assert cubes_identical(open_cube(store).load(), open_cube(reference.out).load())
+
+
+def test_simultaneous_runs_in_threads_one_owns_the_store(small_sweep, tmp_path):
+    import threading
+
+    sweeps = _two_configs(small_sweep, tmp_path)
+    barrier, outcomes = threading.Barrier(2), [None, None]
+
+    def start(i):
+        barrier.wait()
+        try:
+            outcomes[i] = run(sweeps[i], progress=False, overwrite=True)
+        except StoreError as err:
+            outcomes[i] = err
+
+    threads = [threading.Thread(target=start, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    refused = [i for i, o in enumerate(outcomes) if isinstance(o, StoreError)]
+    # Both may succeed one after the other (overwrite), but never interleaved: the
+    # cube is then the later one's. Either way it is one config's, whole.
+    for i in refused:
+        assert "in use by another rollsweep run (pid" in str(outcomes[i])
+    if len(refused) == 1:
+        winner = 1 - refused[0]
+    else:
+        assert not refused
+        winner = 0 if open_cube(sweeps[0].out).attrs["config_hash"] == sweeps[0].config_hash else 1
+    _winner_is_whole(sweeps, winner, tmp_path)
+
+
+def test_simultaneous_runs_in_processes_one_owns_the_store(small_sweep, tmp_path):
+    """Two processes started together with different configs on one out path:
+    exactly one writes it, the other is refused with one line, and the cube is
+    wholly the writer's."""
+    sweeps = _two_configs(small_sweep, tmp_path)
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "engine.cli", "run", s.file, "--quiet", "--workers", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for s in sweeps
+    ]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 2], results
+    loser = next(i for i, (code, _) in enumerate(results) if code == 2)
+    err = results[loser][1].strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "in use by another rollsweep run (pid" in err or "holds a cube of another config" in err, err
+    _winner_is_whole(sweeps, 1 - loser, tmp_path)
+
+
+def test_the_lock_is_beside_the_store_and_released_after_a_run(small_sweep):
+    """Ownership lives in NAME.zarr.lock, never inside the store; after a run
+    another thread (or process) may use the store again."""
+    import threading
+
+    from engine._cube import lock_path, locked
+
+    sweep = load_sweep(small_sweep())
+    run(sweep, progress=False)
+    assert lock_path(sweep.out) == sweep.out.with_name("cube.zarr.lock") and lock_path(sweep.out).exists()
+    got = []
+
+    def other():
+        with locked(sweep.out):
+            got.append(run(sweep, progress=False).state)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert got == ["complete"]
+
+
+def test_a_store_held_by_another_run_is_not_replaced(small_sweep):
+    """--overwrite on a store another run holds is refused, and the store is untouched."""
+    import threading
+
+    from engine._cube import locked
+
+    sweep = load_sweep(small_sweep())
+    run(sweep, progress=False)
+    before = tree_digest(sweep.out)
+    other = load_sweep(small_sweep(axes='spin_ratio = { linspace = [0.0, 2.0, 5] }'))
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with locked(sweep.out):
+            holding.set()
+            release.wait(30)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    holding.wait(30)
+    try:
+        with pytest.raises(StoreError, match=r"in use by another rollsweep run \(pid \d+ on "):
+            run(other, overwrite=True, progress=False)
+    finally:
+        release.set()
+        t.join()
+    assert tree_digest(sweep.out) == before
+
+
+def test_leftovers_of_an_interrupted_creation_are_removed(small_sweep, tmp_path):
+    leftover = tmp_path / ".cube.zarr.tmp-0123abcd"
+    (leftover / "_rollsweep" / "grid").mkdir(parents=True)
+    (tmp_path / ".cube.zarr.tmp-4567cdef-old").mkdir()
+    unrelated = tmp_path / ".other.zarr.tmp-0123abcd"
+    unrelated.mkdir()
+    run(load_sweep(small_sweep()), progress=False)
+    assert not leftover.exists() and not (tmp_path / ".cube.zarr.tmp-4567cdef-old").exists()
+    assert unrelated.exists()
