@@ -18,7 +18,7 @@ from . import _cost
 from ._config import Sweep, parse_sweep
 from ._cost import check_memory, layouts
 from ._cube import CRITICAL, GRID, done_shards, locked, prepare, slurm_folder
-from ._jax_setup import SINGLE_THREAD_XLA, configure
+from ._jax_setup import SINGLE_THREAD_XLA, check_device, configure, task_settings
 from ._shard import RUNNERS, record_failure, run_or_record
 
 
@@ -103,9 +103,11 @@ def _worker_sweep(text: str, file: str, out: str) -> Sweep:
 
 
 def solve_shard(text: str, file: str, out: str, kind: str, shard: int) -> dict:
-    """The dask task: runs in a worker process, which it sets up on first use."""
-    configure()
-    return RUNNERS[kind](_worker_sweep(text, file, out), out, shard)
+    """The dask task. The worker may be another user's (an existing cluster): its
+    JAX settings are changed for this task's thread only while it runs."""
+    with task_settings():
+        check_device()
+        return RUNNERS[kind](_worker_sweep(text, file, out), out, shard)
 
 
 @contextlib.contextmanager
