@@ -25,7 +25,7 @@ from ._shard import RUNNERS, record_failure, run_or_record
 # wait for a typo or a cluster that is down; a scheduler that answers does so in
 # milliseconds. A run whose cluster has had no worker for LOST_AFTER seconds
 # (all lost, or the scheduler gone) stops, keeping the shards done.
-CONNECT_TIMEOUT = 3.0
+CONNECT_TIMEOUT = 2.0
 LOST_AFTER = 30.0
 _POLL = 0.05  # seconds between looks for finished shards while none is ready
 
@@ -190,19 +190,19 @@ def run(
     overwrite: bool = False,
     progress: bool = True,
     slurm: dict | None = None,
-    connect_timeout: float = CONNECT_TIMEOUT,
-    lost_after: float = LOST_AFTER,
+    connect_timeout: float | None = None,
+    lost_after: float | None = None,
 ) -> RunReport:
     """Run (or resume) a sweep. `slurm`: command-line SLURM settings (executor "slurm").
     `scheduler`: an existing cluster's address, reached before anything is written
-    (`connect_timeout` s at most); the run stops, keeping what is done, once that
-    cluster has had no worker for `lost_after` s."""
+    (`connect_timeout` s at most, default CONNECT_TIMEOUT); the run stops, keeping
+    what is done, once that cluster has had no worker for `lost_after` s (LOST_AFTER)."""
     if scheduler and executor in ("inline", "slurm"):
         raise ConfigError("<command line>", "--scheduler", f"runs shards on an existing dask cluster; it cannot be "
                           f"combined with --executor {executor}")
     executor = "local" if scheduler else (executor or sweep.executor)
     if scheduler:
-        scheduler = reach(scheduler, connect_timeout, lost_after)
+        scheduler = reach(scheduler, connect_timeout or CONNECT_TIMEOUT, lost_after or LOST_AFTER)
     resources = None
     if executor == "slurm":
         from ._slurm import resolve

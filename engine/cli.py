@@ -148,9 +148,9 @@ def parser() -> argparse.ArgumentParser:
         help="local: worker processes (default 1, a shard per core on threads); inline: threads (default: cores)",
     )
     p.add_argument("--scheduler", help="address of an existing dask scheduler, e.g. tcp://host:8786")
-    p.add_argument("--connect-timeout", type=float, default=3.0, metavar="S",
-                   help="--scheduler: seconds to reach it before giving up, writing nothing (default 3)")
-    p.add_argument("--lost-after", type=float, default=30.0, metavar="S",
+    p.add_argument("--connect-timeout", type=float, metavar="S",
+                   help="--scheduler: seconds to reach it before giving up, writing nothing (default 2)")
+    p.add_argument("--lost-after", type=float, metavar="S",
                    help="--scheduler: stop, keeping what is done, after S seconds without a worker (default 30)")
     p.add_argument("--executor", choices=["local", "inline", "slurm"], help="override [run] executor")
     p.add_argument("--overwrite", action="store_true", help="replace a cube written by another config")
