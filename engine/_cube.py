@@ -26,8 +26,8 @@ import numpy as np
 import xarray as xr
 import zarr
 import zarr.api.asynchronous
-from zarr.core.sync import sync
 
+from ._aio import sync
 from ._config import Sweep, check_out
 from ._cost import layouts
 from ._provenance import provenance

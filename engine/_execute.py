@@ -14,12 +14,54 @@ import time
 from tqdm.auto import tqdm
 
 from . import _cost
-from ._config import Sweep, parse_sweep
+from ._config import ConfigError, Sweep, parse_sweep
 from ._cost import check_memory, layouts
 from ._cube import CRITICAL, GRID, done_shards, locked, prepare, slurm_folder
-from ._jax_setup import SINGLE_THREAD_XLA, configure
+from ._jax_setup import SINGLE_THREAD_XLA, check_device, configure, task_settings
 from ._shard import RUNNERS, record_failure, run_or_record
 from .solve.device import detect as detect_device
+
+# An existing cluster (--scheduler). dask's own connect timeout, 30 s, is long to
+# wait for a typo or a cluster that is down; a scheduler that answers does so in
+# milliseconds. A run whose cluster has had no worker for LOST_AFTER seconds
+# (all lost, or the scheduler gone) stops, keeping the shards done.
+CONNECT_TIMEOUT = 2.0
+LOST_AFTER = 30.0
+_POLL = 0.05  # seconds between looks for finished shards while none is ready
+
+
+class ClusterLost(ConnectionError):
+    """The existing cluster lost every worker (or its scheduler) during a run."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Scheduler:
+    """An existing dask scheduler, reached once before anything is written."""
+
+    address: str
+    connect_timeout: float = CONNECT_TIMEOUT
+    lost_after: float = LOST_AFTER
+
+
+def reach(address: str, connect_timeout: float = CONNECT_TIMEOUT, lost_after: float = LOST_AFTER) -> Scheduler:
+    """Check that a scheduler answers at `address`; ConfigError in one line if not."""
+    from distributed.comm import connect
+
+    from ._aio import sync
+
+    async def probe():
+        comm = await connect(address, timeout=connect_timeout)
+        await comm.close()
+
+    try:
+        sync(probe())  # on a loop thread of its own: run() may be called from a notebook's loop
+    except ValueError as err:  # dask's parser: no port, unknown scheme
+        raise ConfigError("<command line>", "--scheduler",
+                          f"{address!r} is not a dask scheduler address: {err}") from None
+    except (OSError, TimeoutError):
+        raise ConfigError("<command line>", "--scheduler", f"no dask scheduler answered at {address} within "
+                          f"{connect_timeout:g} s (--connect-timeout); nothing was written") from None
+    return Scheduler(address, connect_timeout, lost_after)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,19 +143,21 @@ def _worker_sweep(text: str, file: str, out: str) -> Sweep:
 
 
 def solve_shard(text: str, file: str, out: str, kind: str, shard: int) -> dict:
-    """The dask task: runs in a worker process, which it sets up on first use."""
-    configure()
-    return RUNNERS[kind](_worker_sweep(text, file, out), out, shard)
+    """The dask task. The worker may be another user's (an existing cluster): its
+    JAX settings are changed for this task's thread only while it runs."""
+    with task_settings():
+        check_device()
+        return RUNNERS[kind](_worker_sweep(text, file, out), out, shard)
 
 
 @contextlib.contextmanager
-def dask_client(scheduler: str | None, workers: int, slurm=None, store=None):
+def dask_client(scheduler: Scheduler | None, workers: int, slurm=None, store=None):
     """A client of an existing scheduler, of SLURM worker jobs (`slurm`: Resources;
     their logs go to the store's SLURM folder), or of an embedded local cluster."""
     from distributed import Client, LocalCluster
 
     if scheduler:
-        with Client(scheduler) as client:
+        with Client(scheduler.address, timeout=scheduler.connect_timeout) as client:
             yield client
         return
     if slurm is not None:
@@ -144,9 +188,19 @@ def run(
     overwrite: bool = False,
     progress: bool = True,
     slurm: dict | None = None,
+    connect_timeout: float | None = None,
+    lost_after: float | None = None,
 ) -> RunReport:
-    """Run (or resume) a sweep. `slurm`: command-line SLURM settings (executor "slurm")."""
+    """Run (or resume) a sweep. `slurm`: command-line SLURM settings (executor "slurm").
+    `scheduler`: an existing cluster's address, reached before anything is written
+    (`connect_timeout` s at most, default CONNECT_TIMEOUT); the run stops, keeping
+    what is done, once that cluster has had no worker for `lost_after` s (LOST_AFTER)."""
+    if scheduler and executor in ("inline", "slurm"):
+        raise ConfigError("<command line>", "--scheduler", f"runs shards on an existing dask cluster; it cannot be "
+                          f"combined with --executor {executor}")
     executor = "local" if scheduler else (executor or sweep.executor)
+    if scheduler:
+        scheduler = reach(scheduler, connect_timeout or CONNECT_TIMEOUT, lost_after or LOST_AFTER)
     resources = None
     if executor == "slurm":
         from ._slurm import resolve
@@ -209,7 +263,7 @@ def _inline_results(sweep: Sweep, out: str, tasks, threads: int):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _results(sweep: Sweep, tasks, executor: str, workers: int, scheduler: str | None, resources=None):
+def _results(sweep: Sweep, tasks, executor: str, workers: int, scheduler: Scheduler | None, resources=None):
     if not tasks:
         return
     out = str(sweep.out.resolve())
@@ -226,12 +280,43 @@ def _results(sweep: Sweep, tasks, executor: str, workers: int, scheduler: str | 
             ): (kind, shard, points)
             for kind, shard, points in tasks
         }
+        # Results come with their futures, fetched as each finishes: a result
+        # fetched afterwards could sit on a worker lost since, and wait for ever.
+        finished = as_completed(futures, with_results=True, raise_errors=False)
         # dask retries a shard whose worker died; one that raises, or kills
         # workers repeatedly (KilledWorker), is recorded as failed.
-        for future in as_completed(futures):
-            try:
-                yield future.result()
-            except OSError:
-                raise
-            except Exception as err:  # noqa: BLE001
-                yield record_failure(out, *futures[future], err)
+        for future, result in _watched(client, finished, scheduler) if scheduler else finished:
+            if isinstance(result, dict):  # solve_shard's report
+                yield result
+            elif future.status != "error":  # cancelled: the scheduler dropped it (lost, not failed)
+                raise ClusterLost(None, "the cluster dropped the run's shards", scheduler and scheduler.address)
+            elif isinstance(future.exception(), OSError):
+                raise future.exception()
+            else:
+                yield record_failure(out, *futures[future], future.exception())
+
+
+def _watched(client, pending, scheduler: Scheduler):
+    """What `pending` (an as_completed) yields, on an existing cluster that may lose
+    every worker: dask would wait for new ones for ever. After
+    `scheduler.lost_after` s without a worker, ClusterLost (the shards done are in
+    the store)."""
+    seen = time.monotonic()
+    while not pending.is_empty():
+        batch = pending.next_batch(block=False)
+        if batch:
+            yield from batch
+            continue
+        if _has_workers(client):
+            seen = time.monotonic()
+        elif time.monotonic() - seen > scheduler.lost_after:
+            raise ClusterLost(None, f"no dask worker for {scheduler.lost_after:g} s (--lost-after): the cluster is "
+                              "lost", scheduler.address)
+        time.sleep(_POLL)
+
+
+def _has_workers(client) -> bool:
+    try:
+        return client.status == "running" and bool(client.nthreads())
+    except (OSError, TimeoutError):  # the scheduler is gone
+        return False

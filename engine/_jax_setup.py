@@ -1,10 +1,15 @@
-"""Process-wide JAX set-up, done once in every process that solves (client or worker)."""
+"""JAX set-up: process-wide where the process is rollsweep's (the client, an
+array task, an embedded cluster's worker), per task where it is not (a worker
+of an existing dask cluster, which runs other users' tasks too)."""
 
+import contextlib
 import os
 import pathlib
 
 # A dask worker that owns one CPU core should not start a thread pool of its own.
 SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+# Set by job scripts that asked SLURM for GPUs: such a job must not solve on the CPU.
+REQUIRE_GPU = "ROLLSWEEP_REQUIRE_GPU"
 
 
 def cache_dir() -> pathlib.Path:
@@ -17,7 +22,50 @@ def configure() -> None:
 
     # float64 is the default dtype of every sweep; float32 sweeps cast explicitly.
     jax.config.update("jax_enable_x64", True)
+    _use_compile_cache(jax)
+
+
+def _use_compile_cache(jax) -> None:
     # Workers compile the same shard function; the persistent cache lets all but
     # the first (and every later run) load it instead.
     jax.config.update("jax_compilation_cache_dir", str(cache_dir()))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+@contextlib.contextmanager
+def task_settings():
+    """float64 for this thread while it solves one task, as `configure` gives a
+    whole process, and the process's own setting back afterwards (a context
+    local to the thread: the worker's other threads keep theirs). The compile
+    cache is process-wide: set only where the worker has none of its own."""
+    import jax
+
+    if jax.config.jax_compilation_cache_dir is None:
+        _use_compile_cache(jax)
+    if hasattr(jax, "enable_x64"):
+        x64 = jax.enable_x64(True)
+    else:  # jax before 0.6
+        from jax.experimental import enable_x64
+
+        x64 = enable_x64()
+    with x64:
+        yield
+
+
+class DeviceError(RuntimeError):
+    """A job asked for a GPU but JAX sees none."""
+
+
+def check_device() -> None:
+    """Raise DeviceError, in one line, where the job script asked for a GPU
+    (REQUIRE_GPU=1) and JAX's default backend is not one."""
+    if os.environ.get(REQUIRE_GPU) != "1":
+        return
+    import jax
+
+    backend = jax.default_backend()
+    if backend != "gpu":
+        raise DeviceError(
+            f"{REQUIRE_GPU}=1: the job asked SLURM for a GPU but JAX runs on {backend}: install JAX for it "
+            '(pip install "rollsweep[cuda12]") or load its CUDA module in the job\'s setup'
+        )

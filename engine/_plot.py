@@ -1,8 +1,10 @@
 """`rollsweep plot`: a cube's standard figures as PNG files."""
 
 import pathlib
+import tomllib
 
 import matplotlib.pyplot as plt
+import numpy as np
 
 from ._cube import StoreError, open_cube, read_attrs
 from ._study import load_study
@@ -28,3 +30,33 @@ def plot_cube(path, out=None) -> list[pathlib.Path]:
     if not written:
         raise StoreError(f"{path}: no standard figure of {study.name!r} fits this cube's axes")
     return written
+
+
+def _axis_specs(ds) -> dict:
+    """The [axes] table of the sweep file stored in the cube ({} for a dataset without one)."""
+    try:
+        return tomllib.loads(ds.attrs.get("config", "")).get("axes", {})
+    except tomllib.TOMLDecodeError:
+        return {}
+
+
+def log_spaced(ds, name: str) -> bool:
+    """Whether coordinate `name` is best drawn on a log scale: a `logspace` axis of
+    the cube's sweep file or, for `values = [...]` axes and datasets without the
+    sweep, three or more positive values in geometric progression."""
+    spec = _axis_specs(ds).get(name)
+    if isinstance(spec, dict) and ("logspace" in spec or "linspace" in spec):
+        return "logspace" in spec
+    values = np.asarray(ds[name].values) if name in ds.coords else np.array([])
+    if values.size < 3 or values.dtype.kind not in "fiu" or not np.all(np.isfinite(values) & (values > 0)):
+        return False
+    ratios = values[1:] / values[:-1]
+    return bool(np.allclose(ratios, ratios[0], rtol=1e-6) and not np.isclose(ratios[0], 1.0))
+
+
+def scale_axes(ax, ds, x: str | None = None, y: str | None = None) -> None:
+    """Log scales on the plot's axes that show log-spaced coordinates `x` / `y` of `ds`."""
+    if x is not None and log_spaced(ds, x):
+        ax.set_xscale("log")
+    if y is not None and log_spaced(ds, y):
+        ax.set_yscale("log")

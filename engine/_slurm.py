@@ -2,10 +2,12 @@
 
 Settings resolve keyword (command line) > the sweep's [slurm] table > the user
 file ~/.config/rollsweep/slurm.toml > defaults. Job scripts are text rendered
-by a pure function from a frozen `Resources` and the templates in slurm/.
+by a pure function from a frozen `Resources` and the templates in slurm/
+(installed as the package engine.slurm_templates).
 """
 
 import dataclasses
+import importlib.resources
 import json
 import os
 import pathlib
@@ -17,8 +19,9 @@ import time
 import tomllib
 
 from ._config import ConfigError
+from ._jax_setup import REQUIRE_GPU
 
-TEMPLATES = pathlib.Path(__file__).resolve().parent.parent / "slurm"
+_CHECKOUT = pathlib.Path(__file__).resolve().parent.parent
 _CONFIG_HOME = pathlib.Path(os.environ.get("XDG_CONFIG_HOME", pathlib.Path.home() / ".config"))
 USER_FILE = _CONFIG_HOME / "rollsweep" / "slurm.toml"
 
@@ -39,16 +42,24 @@ class Resources:
     interface: str | None = None  # network interface of dask workers ("lo" on a single machine)
     python: str = sys.executable
 
-    def directives(self) -> list[str]:
-        lines = []
-        if self.partition:
-            lines.append(f"#SBATCH --partition={self.partition}")
-        if self.account:
-            lines.append(f"#SBATCH --account={self.account}")
-        if self.gpus:
-            lines.append(f"#SBATCH --gpus-per-task={self.gpus}")
-        lines += [f"#SBATCH {d}" for d in self.extra_directives]
-        return lines
+    def gpu_options(self) -> list[str]:
+        """The GPUs of one job (array task or worker job), which runs one task: a
+        generic resource per node. `--gpus-per-task` without `--ntasks` is
+        rejected or misbound by some sites' SLURM."""
+        return [f"--gres=gpu:{self.gpus}"] if self.gpus else []
+
+    def directives(self, gpus: bool = True) -> list[str]:
+        """#SBATCH lines beyond the template's; `gpus=False` for jobs that solve
+        nothing (the completion check)."""
+        options = [f"--partition={self.partition}"] if self.partition else []
+        options += [f"--account={self.account}"] if self.account else []
+        options += self.gpu_options() if gpus else []
+        return [f"#SBATCH {option}" for option in options + list(self.extra_directives)]
+
+    def environment(self) -> list[str]:
+        """Shell lines for a job that solves: a job given GPUs fails its first
+        shard with one line when JAX sees none (rather than solving on the CPU)."""
+        return [f"export {REQUIRE_GPU}=1"] if self.gpus else []
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Resources)}
@@ -86,15 +97,25 @@ def resolve(sweep_table: dict, keywords: dict, sweep_file: str, user_file: pathl
     return Resources(**layers)
 
 
+def template_text(name: str) -> str:
+    """A job template. From a source checkout (engine/ beside slurm/, as on
+    PYTHONPATH or in another worktree) its own slurm/ folder, which an editable
+    install elsewhere must not shadow; otherwise the installed package's copy."""
+    if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "slurm" / name).is_file():
+        return (_CHECKOUT / "slurm" / name).read_text()
+    return importlib.resources.files("engine.slurm_templates").joinpath(name).read_text()
+
+
 def render(template: str, resources: Resources, **fields) -> str:
     """Job script text: a pure function of the template, resources and fields."""
-    text = (TEMPLATES / template).read_text()
+    text = template_text(template)
+    solves = template == "array.sbatch"
     values = {
         "cores": resources.cores,
         "memory": resources.memory,
         "walltime": resources.walltime,
-        "directives": "\n".join(resources.directives()),
-        "setup": "\n".join(resources.setup),
+        "directives": "\n".join(resources.directives(gpus=solves)),
+        "setup": "\n".join(list(resources.setup) + (resources.environment() if solves else [])),
         "python": shlex.quote(resources.python),
     } | {k: shlex.quote(str(v)) if k in ("store", "share", "log_dir") else v for k, v in fields.items()}
     return string.Template(text).substitute(values).replace("\n\n\n", "\n\n")
@@ -145,9 +166,8 @@ def jobqueue_cluster(resources: Resources, log_dir):
         walltime=resources.walltime,
         interface=resources.interface,
         python=resources.python,
-        job_extra_directives=[*resources.extra_directives]
-        + ([f"--gpus-per-task={resources.gpus}"] if resources.gpus else []),
-        job_script_prologue=list(resources.setup),
+        job_extra_directives=[*resources.extra_directives, *resources.gpu_options()],
+        job_script_prologue=[*resources.setup, *resources.environment()],
         worker_extra_args=["--nthreads", "1"],
         log_directory=str(log_dir),
     )

@@ -4,13 +4,14 @@
 import dataclasses
 import os
 import pathlib
+import sys
 
 from ._config import Sweep
 from ._cost import check_memory, layouts
 from ._cube import CRITICAL, GRID, cube_sweep, done_shards, prepare, slurm_folder
 from ._execute import pending_tasks
-from ._jax_setup import configure
-from ._shard import run_or_record
+from ._jax_setup import DeviceError, check_device, configure
+from ._shard import record_failure, run_or_record
 from ._slurm import array_script, check_script, read_share, resolve, sbatch, write_share
 
 
@@ -49,7 +50,8 @@ def submit(sweep: Sweep, keywords: dict, dry_run: bool = False) -> Submission:
 
 def work(store, task: int, share) -> int:
     """Compute this array task's shards that are not done yet. A shard that raises
-    is recorded as failed (with its error) and the others still run."""
+    is recorded as failed (with its error) and the others still run. A job that
+    asked for a GPU and has none records its first shard as failed and stops."""
     configure()
     store = pathlib.Path(store)
     sweep = cube_sweep(store)
@@ -59,6 +61,12 @@ def work(store, task: int, share) -> int:
     for kind, shard in read_share(share, task):
         if shard in done_shards(store, kind):
             continue  # a resubmission, or another task got there first
+        try:
+            check_device()
+        except DeviceError as err:
+            record_failure(str(store), kind, shard, sizes[kind].shard_points(shard), err)
+            print(f"rollsweep: error: {store}: {err}", file=sys.stderr)
+            return 1
         info = run_or_record(sweep, str(store), kind, shard, sizes[kind].shard_points(shard))
         failures += "error" in info
     return 1 if failures else 0

@@ -52,6 +52,8 @@ def _run(args):
         overwrite=args.overwrite,
         progress=not args.quiet,
         slurm=_slurm_keywords(args),
+        connect_timeout=args.connect_timeout,
+        lost_after=args.lost_after,
     )
     print(
         f"{report.path}: {report.state}; {report.shards_run} shards, {report.points_run:,} points "
@@ -148,7 +150,11 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         help="local: worker processes (default 1, a shard per core on threads); inline: threads (default: cores)",
     )
-    p.add_argument("--scheduler", help="address of an existing dask scheduler")
+    p.add_argument("--scheduler", help="address of an existing dask scheduler, e.g. tcp://host:8786")
+    p.add_argument("--connect-timeout", type=float, metavar="S",
+                   help="--scheduler: seconds to reach it before giving up, writing nothing (default 2)")
+    p.add_argument("--lost-after", type=float, metavar="S",
+                   help="--scheduler: stop, keeping what is done, after S seconds without a worker (default 30)")
     p.add_argument("--executor", choices=["local", "inline", "slurm"], help="override [run] executor")
     p.add_argument("--overwrite", action="store_true", help="replace a cube written by another config")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

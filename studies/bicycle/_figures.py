@@ -3,6 +3,8 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
+from engine._plot import scale_axes
+
 _STYLE = {"weave": "C0", "weave_conjugate": "C0", "capsize": "C1", "caster": "C2"}
 
 
@@ -25,6 +27,7 @@ def _eigen_speed(ds):
                         va="top", ha="right", fontsize=7)
     ax.axhline(0, color="k", lw=0.6)
     ax.set_ylim(-10, 10)
+    scale_axes(ax, ds, x="v")
     ax.set_xlabel("forward speed v [m/s]")
     ax.set_ylabel("eigenvalue [1/s]")
     ax.set_title("Benchmark bicycle: eigenvalues against speed (Meijaard 2007, Fig. 3)", fontsize=10)
@@ -48,6 +51,7 @@ def _design_map(ds):
         for name, color in (("weave_speed", "w"), ("capsize_speed", "orange")):
             cs = ax.contour(ds[x].values, ds[y].values, ds[name].transpose(y, x).values, colors=color, linewidths=0.7)
             ax.clabel(cs, fontsize=6)
+    scale_axes(ax, ds, x=x, y=y)
     ax.set_xlabel(f"{x} [{ds[x].attrs.get('units', '')}]")
     ax.set_ylabel(f"{y} [{ds[y].attrs.get('units', '')}]")
     ax.set_title("Self-stable speed range (white: weave speed, orange: capsize speed)", fontsize=9)
@@ -76,5 +80,6 @@ def response_figures(ds) -> dict:
     top.set_title("Release at lean rate 0.5 rad/s (Meijaard et al. 2007, section 8)", fontsize=10)
     bottom.plot(v, ds["fall_time"].values, "o-", ms=3, color="C3")
     bottom.set_ylabel("fall time [s] (none: did not fall)")
+    scale_axes(bottom, ds, x="v")  # shared with the top plot
     bottom.set_xlabel("forward speed v [m/s]")
     return {"response": fig}

@@ -4,6 +4,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import SymLogNorm
 
+from engine._plot import scale_axes
+
 
 def _final_vs_spin(ds):
     fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
@@ -15,6 +17,7 @@ def _final_vs_spin(ds):
         qc = float(ds["critical_spin_ratio"].values.ravel()[0])
         ax.axvline(qc, color="C3", ls="--", lw=1, label=f"q_c = {qc:.12f}")
         ax.legend()
+    scale_axes(ax, ds, x="spin_ratio")
     ax.set_xlabel("spin ratio q = |r thetadot0 / v0|")
     ax.set_ylabel("final displacement x_final [m]")
     ax.set_title("Final displacement against spin ratio (Gao 2021, Fig. 14)")
@@ -28,6 +31,7 @@ def _critical_map(ds):
     dims = qc.dims
     if len(dims) == 1:
         ax.plot(qc[dims[0]].values, qc.values, marker=".")
+        scale_axes(ax, ds, x=dims[0])
         ax.set_xlabel(dims[0])
         ax.set_ylabel("critical spin ratio q_c")
     else:
@@ -38,8 +42,7 @@ def _critical_map(ds):
         fig.colorbar(mesh, ax=ax, label="critical spin ratio q_c")
         ax.set_xlabel(f"{x} [{ds[x].attrs.get('units', '')}]")
         ax.set_ylabel(f"{y} [{ds[y].attrs.get('units', '')}]")
-        if x == "rolling_resistance":
-            ax.set_xscale("log")
+        scale_axes(ax, ds, x=x, y=y)
     ax.set_title("Spin ratio at which the ball returns to its start")
     return fig
 
@@ -55,6 +58,7 @@ def _boundary_map(ds):
     mesh = ax.pcolormesh(ds["spin_ratio"].values, ds[other].values, x.values, cmap="RdBu", norm=norm, shading="auto")
     ax.contour(ds["spin_ratio"].values, ds[other].values, x.values, levels=[0.0], colors="k", linewidths=1.2)
     fig.colorbar(mesh, ax=ax, label="final displacement [m] (blue: ends ahead, red: behind)")
+    scale_axes(ax, ds, x="spin_ratio", y=other)
     ax.set_xlabel("spin ratio q")
     ax.set_ylabel(f"{other} [{ds[other].attrs.get('units', '')}]")
     ax.set_title("Forward/backward boundary (black: x_final = 0)")

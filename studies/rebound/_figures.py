@@ -4,6 +4,8 @@ import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 
+from engine._plot import scale_axes
+
 from ._bounce import MODEL_NAMES
 
 
@@ -15,6 +17,7 @@ def _map(ax, fig, ds, name, label, cmap="viridis"):
     ax.axvline(phi, color="w", ls="--", lw=1.2)
     ax.annotate(f"critical angle {phi:.2f} deg", (phi, ds["spin_ratio"].values.max()), color="w", rotation=90,
                 va="top", ha="right", fontsize=7)
+    scale_axes(ax, ds, x="incidence_angle", y="spin_ratio")
     ax.set_xlabel("incidence angle alpha [deg]")
     ax.set_ylabel("spin ratio r wy / |v|")
 
@@ -67,6 +70,7 @@ def landing_figures(ds) -> dict:
     fig.colorbar(mesh, ax=right, label="landing x on the far half [m]")
     right.set_title("where it lands (in only)", fontsize=9)
     for ax in (left, right):
+        scale_axes(ax, ds, x=x, y=y)
         ax.set_xlabel(f"{x} [{ds[x].attrs.get('units', '')}]")
         ax.set_ylabel(f"{y} [{ds[y].attrs.get('units', '')}]")
     return {"landing": fig}

@@ -1,0 +1,20 @@
+"""Which devices solved a cube: its `device` attribute names the device of the
+process that created it, which for a run on an existing cluster or SLURM is not
+where the shards were solved; each shard's done marker records that."""
+
+import collections
+
+from ._cube import CRITICAL, GRID, read_markers
+
+
+def solving_devices(path) -> dict[str, int]:
+    """Device ("platform:kind") -> shards it solved, from the done markers."""
+    markers = [m for kind in (GRID, CRITICAL) for m in read_markers(path, kind)]
+    return dict(collections.Counter(m.get("device", "unknown") for m in markers).most_common())
+
+
+def describe_devices(path) -> str:
+    """One line for `rollsweep status`: e.g. "solved on       gpu:NVIDIA H100 (12 shards), cpu:cpu (1 shard)"."""
+    found = solving_devices(path)
+    listed = ", ".join(f"{device} ({n} shard{'s' * (n != 1)})" for device, n in found.items())
+    return f"{'solved on':<16} {listed or 'nothing yet'}"

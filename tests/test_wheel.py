@@ -1,0 +1,85 @@
+"""The wheel as a user installs it: built from the checkout, installed away from
+it, run from a folder outside it. A source checkout reads its own slurm/ folder,
+so only an installed copy shows whether the job templates ship in the wheel."""
+
+import importlib.metadata
+import importlib.util
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# What a clean clone holds that the build reads.
+SOURCES = ("pyproject.toml", "README.md", "engine", "studies", "slurm")
+
+
+def _pip(*args, cwd=None):
+    out = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def _can_build_wheels() -> bool:
+    """The build runs in this environment (no isolation, no network): setuptools
+    builds wheels itself from 70.1 on, before that only with the wheel package."""
+    try:
+        major, minor = (int(x) for x in importlib.metadata.version("setuptools").split(".")[:2])
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return (major, minor) >= (70, 1) or importlib.util.find_spec("wheel") is not None
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(wheel, folder the wheel is installed into): the dependencies are this
+    environment's, only rollsweep itself comes from the wheel."""
+    if not _can_build_wheels():
+        pytest.skip("building a wheel needs setuptools >= 70.1 (the test extra) or the wheel package")
+    base = tmp_path_factory.mktemp("wheel")
+    source = base / "source"
+    source.mkdir()
+    for name in SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.zarr"))
+        else:
+            shutil.copy2(ROOT / name, source / name)
+    _pip("wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(base / "dist"), str(source))
+    (wheel,) = (base / "dist").glob("rollsweep-*.whl")
+    _pip("install", "--no-deps", "-q", "--target", str(base / "site"), str(wheel))
+    return wheel, base / "site"
+
+
+def _rollsweep(site: pathlib.Path, cwd: pathlib.Path, *args) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(site)}
+    code = "import sys, engine.cli; sys.exit(engine.cli.main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=cwd, env=env,
+                          timeout=300)
+
+
+def test_wheel_ships_job_templates_not_the_harness(installed):
+    wheel, _ = installed
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "engine/slurm_templates/array.sbatch" in names and "engine/slurm_templates/check.sbatch" in names
+    assert not [n for n in names if n.endswith(("start-local-slurm.sh", "slurm.conf.example"))]
+    assert any(n.startswith("studies/pingpong/demo/") and n.endswith(".toml") for n in names)
+
+
+def test_installed_wheel_submits_dry_run_from_outside_the_checkout(installed, tmp_path):
+    _, site = installed
+    probe = subprocess.run([sys.executable, "-c", "import engine, sys; print(engine.__file__)"], capture_output=True,
+                           text=True, cwd=tmp_path, env=os.environ | {"PYTHONPATH": str(site)})
+    assert pathlib.Path(probe.stdout.strip()).is_relative_to(site), probe.stdout + probe.stderr
+    config = tmp_path / "sweep.toml"
+    config.write_text(f'study = "pingpong"\n[axes]\nspin_ratio = {{ linspace = [0.0, 3.0, 11] }}\n'
+                      f'[run]\nshard_size = 4\nout = "{tmp_path / "cube.zarr"}"\n')
+    out = _rollsweep(site, tmp_path, "submit", str(config), "--dry-run", "--gpus", "1")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("#!/bin/bash\n") and "#SBATCH --array=0-2" in out.stdout
+    assert "engine.cli work" in out.stdout and "--gres=gpu:1" in out.stdout
+    assert not (tmp_path / "cube.zarr").exists()  # a dry run writes nothing
+    studies = _rollsweep(site, tmp_path, "studies")
+    assert studies.returncode == 0 and "pingpong:" in studies.stdout and "hoop:" in studies.stdout, studies.stderr
