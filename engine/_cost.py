@@ -3,8 +3,7 @@
 import dataclasses
 import math
 
-import psutil
-
+from ._allocation import memory_bytes
 from ._config import ConfigError, Sweep
 from ._layout import Layout, chunk_shape
 from .solve.base import Plan
@@ -70,7 +69,7 @@ def estimate(sweep: Sweep, workers: int = 1) -> Cost:
     n_values = sum(math.prod(sweep.study.outputs_by_name[n].shape) for n in sweep.outputs) + len(sweep.axes) + 3
     shard_points = math.prod(grid.chunks)
     shard_bytes = shard_points * n_values * 8 * _COPIES + working_bytes(sweep)
-    budget = psutil.virtual_memory().total // (2 * max(1, workers))
+    budget = memory_bytes() // (2 * max(1, workers))
     return Cost(
         points=grid.n_points,
         shards=grid.n_shards,

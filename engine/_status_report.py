@@ -4,6 +4,7 @@ import dataclasses
 
 from ._cost import layouts
 from ._cube import CRITICAL, GRID, cube_sweep, failed_shards
+from ._devices import describe_devices
 from ._status import Status
 from ._verify import check_shards
 
@@ -18,6 +19,7 @@ class Progress:
     status_counts: dict  # status name -> count, over the grid
     failed: list  # shards whose computation raised: {"kind", "shard", "error"}
     damaged: list = dataclasses.field(default_factory=list)  # what verify finds, one line each
+    devices: str = ""  # which devices solved the done shards, one line
 
     @property
     def complete(self) -> bool:
@@ -31,6 +33,8 @@ class Progress:
                          f"{failed:,} failed")
         lines.append(f"points           {self.points_done:,} / {self.points_total:,} done")
         lines.append(f"failed points    {self.failed_points:,}")
+        if self.devices:
+            lines.append(self.devices)
         lines += [f"  {name:<14} {count:,}" for name, count in self.status_counts.items()]
         lines += [f"failed {f['kind']} shard {f['shard']}: {f['error']}" for f in self.failed]
         lines += [f"damaged {line} (solved again by the next run)" for line in self.damaged]
@@ -55,4 +59,4 @@ def progress(path) -> Progress:
             points_done = sum(m.get("points", 0) for m in markers.values())
     counts = {s.name.lower(): check.status_counts[s] for s in Status if check.status_counts.get(s)}
     return Progress(sweep.study.name, shards, points_done, grid.n_points, failed, counts, failed_shards(path),
-                    check.problems())
+                    check.problems(), describe_devices(path))

@@ -8,7 +8,7 @@ import sys
 
 from ._config import Sweep
 from ._cost import check_memory, layouts
-from ._cube import CRITICAL, GRID, cube_sweep, done_shards, prepare, slurm_folder
+from ._cube import CRITICAL, GRID, cube_sweep, done_shards, locked, prepare, slurm_folder
 from ._execute import pending_tasks
 from ._jax_setup import DeviceError, check_device, configure
 from ._shard import record_failure, run_or_record
@@ -35,7 +35,8 @@ def submit(sweep: Sweep, keywords: dict, dry_run: bool = False) -> Submission:
         tasks = max(1, min(resources.tasks, len(pending)))
         script = array_script(resources, path, folder / "share-<time>.json", name, tasks, folder)
         return Submission(script, tasks=tasks, shards=len(pending))
-    prepare(sweep, path)
+    with locked(path):  # the jobs write the store; this process only prepares it
+        prepare(sweep, path)
     pending = pending_tasks(sweep, path)
     if not pending:
         return Submission("", shards=0)

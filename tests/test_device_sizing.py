@@ -112,7 +112,7 @@ def test_large_shards_run_one_thread_per_core_by_default(monkeypatch, on):
     big = sweep("bicycle", 10**6, 10**5)
     shard = cost.estimate(big, 1).shard_bytes
     # host memory for two such shards at a time (budget: half of it, shared out)
-    monkeypatch.setattr(cost.psutil, "virtual_memory", lambda: type("Memory", (), {"total": 4 * shard + 1})())
+    monkeypatch.setattr(cost, "memory_bytes", lambda: 4 * shard + 1)
     assert execute.default_workers("inline", big) == 2
     cost.check_memory(big, execute.in_flight("inline", 2))
     small = sweep("bicycle", 10**6, 10**3)

@@ -7,7 +7,6 @@ per compiled call, how many lanes, how many shard threads) is made from one
 
 import dataclasses
 import functools
-import os
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,8 +36,11 @@ class Device:
 
 
 def host_cores() -> int:
-    """Cores this process may run on (its affinity mask, not the machine's count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """Cores this process may use: its affinity, its SLURM job's and its cgroup's
+    allocation, not the machine's count."""
+    from .._allocation import cores
+
+    return cores()
 
 
 @functools.cache
