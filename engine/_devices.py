@@ -9,7 +9,7 @@ from ._cube import CRITICAL, GRID, read_markers
 
 def solving_devices(path) -> dict[str, int]:
     """Device ("platform:kind") -> shards it solved, from the done markers."""
-    markers = [m for kind in (GRID, CRITICAL) for m in read_markers(path, kind)]
+    markers = [m for kind in (GRID, CRITICAL) for m in read_markers(path, kind).values() if m is not None]
     return dict(collections.Counter(m.get("device", "unknown") for m in markers).most_common())
 
 

@@ -61,7 +61,9 @@ def test_cluster_without_workers_ends_the_run_keeping_what_is_done(small_sweep, 
         assert time.perf_counter() - start < 15
     assert code != 0
     line = one_error_line(capsys)
-    assert cluster.scheduler_address in line and "no dask worker for 1 s" in line and "kept" in line
+    assert cluster.scheduler_address in line and "no dask worker for 1 s" in line
+    # Nothing was solved, so nothing is said to be kept (the line says so only when a shard is done).
+    assert "kept" not in line
     assert (tmp_path / "cube.zarr").exists() and not done_shards(tmp_path / "cube.zarr", "grid")
 
 
