@@ -114,7 +114,9 @@ def _digest(values) -> str:
     return hashlib.sha256(np.ascontiguousarray(values, dtype="<f8").tobytes()).hexdigest()
 
 
-def load_sweep(path, *, out=None) -> Sweep:
+def load_sweep(path, *, out=None, writes=True) -> Sweep:
+    """`writes`: the cube will be written (its out path is checked); False for a
+    command that only reads the sweep."""
     path = pathlib.Path(path)
     try:
         text = path.read_bytes().decode()
@@ -124,7 +126,8 @@ def load_sweep(path, *, out=None) -> Sweep:
         raise ConfigError(path, "<file>", f"not UTF-8 text (byte {err.object[err.start]:#04x} at offset "
                           f"{err.start})") from None
     sweep = parse_sweep(text, file=path, out=out)
-    check_out(sweep.out, path, "run.out" if out is None else "--out")
+    if writes:
+        check_out(sweep.out, path, "run.out" if out is None else "--out")
     return sweep
 
 
@@ -189,7 +192,7 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
     check.constraints(study, parameters, axes, overrides)
     outputs = check.outputs(doc, study)
 
-    solver = check.solver(check.table(doc, "solver"))
+    solver = _solver_settings(study, check.solver_values(check.table(doc, "solver")))
     critical = check.critical(check.table(doc, "critical"), study, axes)
     if critical and critical.output not in outputs:
         raise ConfigError(file, "critical.output", f"{critical.output!r} is not among the selected outputs")
@@ -223,6 +226,20 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
         workers=workers,
         slurm=check.table(doc, "slurm"),
     )
+
+
+def _solver_settings(study, values: dict) -> SolverSettings:
+    """The study's solver defaults under the sweep's `[solver]` values (the sweep wins);
+    the defaults are checked like a sweep's, an error naming the study."""
+    defaults = _Checker(f"study {study.name!r}").solver_values(dict(study.solver_defaults), "solver_defaults")
+    return SolverSettings(**(defaults | values))
+
+
+def plain(value) -> str:
+    """A number as a reader writes it (`1.0`, `-0.3`, `1e-12`), never a numpy repr."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return repr(value)
+    return repr(int(value)) if isinstance(value, (int, np.integer)) else repr(float(value))
 
 
 def _check_slurm(table: dict, file) -> None:
@@ -273,9 +290,9 @@ class _Checker:
 
     def number(self, key, value) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.fail(key, f"must be a number, got {type(value).__name__} {value!r}")
+            self.fail(key, f"must be a number, got {type(value).__name__} {plain(value)}")
         if not math.isfinite(value):
-            self.fail(key, f"must be finite, got {value!r}")
+            self.fail(key, f"must be finite, got {plain(value)}")
         return float(value)
 
     def positive_int(self, doc, key, default):
@@ -284,13 +301,13 @@ class _Checker:
             return default
         value = doc[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            self.fail(key, f"must be a positive integer, got {value!r}")
+            self.fail(key, f"must be a positive integer, got {plain(value)}")
         return value
 
     def value_in_range(self, key, value, parameter):
         value = self.number(key, value)
         if not parameter.admits(value):
-            self.fail(key, f"{value!r} is outside the allowed range {parameter.domain} {parameter.unit}".rstrip())
+            self.fail(key, f"{plain(value)} is outside the allowed range {parameter.domain}{parameter.unit_suffix}")
         return value
 
     def axis(self, name, spec, known) -> Axis:
@@ -332,7 +349,8 @@ class _Checker:
         outside = np.flatnonzero(~known[name].admitted(values))
         if outside.size:
             i = int(outside[0])
-            self.fail(key, f"value {values[i]!r} (index {i}) is outside the allowed range {known[name].domain}")
+            self.fail(key, f"value {plain(values[i])} (index {i}) is outside the allowed range "
+                      f"{known[name].domain}{known[name].unit_suffix}")
         return Axis(name, values, spec)
 
     def grid_size(self, axes) -> None:
@@ -378,11 +396,12 @@ class _Checker:
             )
             self.fail(key, f"{constraint.message} (at {at})")
 
-    def solver(self, doc) -> SolverSettings:
+    def solver_values(self, doc, table="solver") -> dict:
+        """A `[solver]` table's values, checked (keys, names, bounds)."""
         fields = {f.name: f for f in dataclasses.fields(SolverSettings)}
         kwargs = {}
         for key, value in doc.items():
-            full = f"solver.{key}"
+            full = f"{table}.{key}"
             if key not in fields:
                 self.fail(full, f"unknown key (expected one of {sorted(fields)})")
             if key == "solver" and value not in SOLVERS:
@@ -399,7 +418,7 @@ class _Checker:
                 if value <= 0:
                     self.fail(full, f"must be positive, got {value!r}")
             kwargs[key] = value
-        return SolverSettings(**kwargs)
+        return kwargs
 
     def critical(self, doc, study, axes) -> Critical | None:
         if not doc:
@@ -426,7 +445,8 @@ class _Checker:
             parameter = study.parameter(axis_name)
             for v in (lo, hi):
                 if not parameter.admits(v):
-                    self.fail("critical.bracket", f"{v!r} is outside the allowed range {parameter.domain}")
+                    self.fail("critical.bracket", f"{plain(v)} is outside the allowed range "
+                              f"{parameter.domain}{parameter.unit_suffix}")
         else:
             lo, hi = float(axis.values.min()), float(axis.values.max())
         target = self.number("critical.target", doc.get("target", 0.0))

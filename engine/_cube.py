@@ -30,7 +30,7 @@ import zarr.api.asynchronous
 from ._aio import sync
 from ._config import Sweep, check_out
 from ._cost import layouts
-from ._provenance import provenance
+from ._provenance import provenance, study_fingerprint
 from ._status import status_attrs
 
 MARKERS = "_rollsweep"
@@ -202,19 +202,47 @@ def _prepare_owned(sweep: Sweep, path: pathlib.Path, overwrite: bool) -> str:
     found = attrs.get("config_hash")
     if found is None:
         raise StoreError(f"{path}: exists and is not a rollsweep cube; choose another --out")
-    if found == sweep.config_hash:
-        check_format(path, attrs)
-        from ._verify import repair
-
-        repair(sweep, path)
-        return "resumed"
-    if not overwrite:
+    if overwrite:  # afresh, whatever the store holds: the way to solve every point again
+        create(sweep, path)
+        return "created"
+    if found != sweep.config_hash:
         raise StoreError(
             f"{path}: holds a cube of another config (hash {found[:12]}, this config "
             f"{sweep.config_hash[:12]}); use --overwrite to replace it or choose another --out"
         )
-    create(sweep, path)
-    return "created"
+    check_format(path, attrs)
+    from ._verify import repair
+
+    repair(sweep, path)
+    return _resume_after_study_change(sweep, path, attrs.get("study_fingerprint"))
+
+
+def _resume_after_study_change(sweep: Sweep, path: pathlib.Path, made_by: str | None) -> str:
+    """Where the study's code changed since the cube was made (a fix, say), the
+    shards with failed points are solved again with the new code; the points that
+    succeeded are kept (--overwrite solves them all again)."""
+    now = study_fingerprint(sweep.study)
+    if made_by == now:
+        return "resumed"
+    again = 0
+    for kind in (GRID, CRITICAL):
+        for shard, marker in read_markers(path, kind).items():
+            if marker is not None and marker.get("failed", 0) > 0:
+                marker_path(path, kind, shard).unlink(missing_ok=True)
+                again += 1
+    # Recorded once its shards are pending: an interruption from here on loses nothing.
+    _set_attribute(path, "study_fingerprint", now)
+    return (f"resumed; the study's code changed since this cube was made ({(made_by or 'unknown')[:12]} -> "
+            f"{now[:12]}): {again} shards with failed points solved again, the others kept (--overwrite: all)")
+
+
+def _set_attribute(path, name: str, value) -> None:
+    with _quiet_zarr(), warnings.catch_warnings():
+        # The marker folder is the store's own, not a zarr node: expected to be skipped.
+        warnings.filterwarnings("ignore", message="Object at _rollsweep is not recognized")
+        group = zarr.open_group(path, mode="r+")
+        group.attrs[name] = value
+        zarr.consolidate_metadata(path)
 
 
 def _remove_leftovers(path: pathlib.Path) -> None:

@@ -69,14 +69,20 @@ class RunReport:
     path: str
     state: str  # "created", "resumed" or "complete"
     shards_run: int
-    points_run: int
-    failed_points: int
+    points_run: int  # points of the shards run, solved or not
+    failed_points: int  # points solved without success (a status code other than success)
     seconds: float
     failed_shards: int = 0  # shards that raised (recorded in the store; retried by the next run)
+    points_solved: int | None = None  # points of the shards that did not raise (None: all of points_run)
+
+    @property
+    def solved(self) -> int:
+        return self.points_run if self.points_solved is None else self.points_solved
 
     @property
     def rate(self) -> float:
-        return self.points_run / self.seconds if self.seconds > 0 else float("nan")
+        """Points solved per second: a shard that raised solved nothing."""
+        return self.solved / self.seconds if self.seconds > 0 else float("nan")
 
 
 def pending_tasks(sweep: Sweep, path) -> list[tuple[str, int, int]]:
@@ -218,20 +224,26 @@ def run(
 def _run_locked(sweep, path, state, executor, workers, scheduler, resources, progress) -> RunReport:
     tasks = pending_tasks(sweep, path)
     start = time.perf_counter()
-    failed, failed_shards = 0, 0
+    failed, failed_shards, solved = 0, 0, 0
+    name = sweep.study.name
     bar = tqdm(
         total=sum(p for _, _, p in tasks),
         unit="pt",
         unit_scale=True,
         disable=not progress or not tasks,
-        desc=f"{sweep.study.name} shards 0/{len(tasks)}",
+        # Until a shard finishes, the time goes into compiling the study (seconds,
+        # unless the compile cache holds it): said, so a still bar is not taken for a hang.
+        desc=f"{name} compiling, shards 0/{len(tasks)}",
         dynamic_ncols=True,
     )
     with bar:
         for i, info in enumerate(_results(sweep, tasks, executor, workers, scheduler, resources), 1):
-            failed += info["failed"]
-            failed_shards += "error" in info
-            bar.set_description(f"{sweep.study.name} shards {i}/{len(tasks)}")
+            raised = "error" in info
+            failed_shards += raised
+            failed += 0 if raised else info["failed"]
+            solved += 0 if raised else info["points"]
+            bar.set_description(f"{name} shards {i}/{len(tasks)}" + (f", {failed_shards} raised" if failed_shards
+                                                                     else ""))
             bar.update(info["points"])
     return RunReport(
         path=str(path),
@@ -241,6 +253,7 @@ def _run_locked(sweep, path, state, executor, workers, scheduler, resources, pro
         failed_points=failed,
         seconds=time.perf_counter() - start,
         failed_shards=failed_shards,
+        points_solved=solved,
     )
 
 

@@ -2,7 +2,9 @@
 
 import datetime
 import functools
+import hashlib
 import importlib.metadata
+import inspect
 import pathlib
 import subprocess
 
@@ -38,6 +40,35 @@ def git_commit() -> str:
     return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
+def study_folder(study) -> pathlib.Path | None:
+    """The folder of the package whose code the study solves with: where its point
+    function is defined (for a HybridPoint, the engine's class, where its `start`
+    and `finish` are). None where no source file is found."""
+    point = study.solve_point
+    for fn in (point, getattr(point, "start", None), getattr(point, "finish", None)):
+        module = inspect.getmodule(fn) if fn is not None else None
+        if module is None or module.__name__.partition(".")[0] == __package__:
+            continue
+        try:
+            return pathlib.Path(inspect.getsourcefile(module)).resolve().parent
+        except TypeError:  # built in, or defined where no file is
+            continue
+    return None
+
+
+def study_fingerprint(study) -> str:
+    """A hash of the study package's source (every *.py file of its folder, by
+    relative path and content): a cube made by other code of the same study
+    version says so."""
+    folder = study_folder(study)
+    if folder is None:
+        return "unknown"
+    digest = hashlib.sha256()
+    for file in sorted(folder.rglob("*.py")):
+        digest.update(file.relative_to(folder).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def device() -> str:
     import jax
 
@@ -53,6 +84,7 @@ def provenance(sweep) -> dict:
         "study": sweep.study.name,
         "study_version": sweep.study.version,
         "study_source": sweep.study.source,
+        "study_fingerprint": study_fingerprint(sweep.study),
         "engine_version": __version__,
         "config": sweep.text,
         "config_file": sweep.file,

@@ -4,14 +4,17 @@ Runs wherever the task lands (this process, a dask worker, a SLURM job); it
 only needs the sweep and the store path.
 """
 
+import os
+import pathlib
 import time
+import traceback
 
 import numpy as np
 
 from ._config import Sweep
 from ._cost import layouts, plan_for
 from ._cube import CRITICAL, GRID, critical_name, mark_done, mark_failed, write_region
-from ._provenance import device
+from ._provenance import device, study_folder
 from ._status import Status
 from .solve.critical import find_critical
 from .solve.evaluate import evaluate
@@ -80,10 +83,34 @@ def _finish(path, kind, shard, n, status, start) -> dict:
 RUNNERS = {GRID: run_grid_shard, CRITICAL: run_critical_shard}
 
 
-def record_failure(path, kind: str, shard: int, points: int, err: Exception) -> dict:
-    """A shard that raised: recorded in the store with its error; the sweep goes on."""
-    mark_failed(path, kind, shard, f"{type(err).__name__}: {err}")
-    return {"kind": kind, "shard": shard, "points": points, "failed": points, "error": str(err)}
+# Innermost frames in the study's code named with a shard's error: where it raised
+# and where that was called from.
+LOCATION_FRAMES = 3
+
+
+def record_failure(path, kind: str, shard: int, points: int, err: Exception, study=None) -> dict:
+    """A shard that raised: recorded in the store with its error and, given the
+    study, where in the study's code it raised; the sweep goes on."""
+    where = failure_location(err, study_folder(study)) if study is not None else ""
+    message = f"{type(err).__name__}: {err}" + (f" ({where})" if where else "")
+    mark_failed(path, kind, shard, message)
+    return {"kind": kind, "shard": shard, "points": points, "failed": points, "error": message}
+
+
+def failure_location(err: BaseException, folder: pathlib.Path | None) -> str:
+    """`file:line in function` of the innermost traceback frames inside `folder`
+    (the study's package), innermost first; "" where none is."""
+    if folder is None:
+        return ""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if pathlib.Path(f.filename).is_relative_to(folder)]
+    named = [f"{_shown(f.filename)}:{f.lineno} in {f.name}" for f in reversed(frames[-LOCATION_FRAMES:])]
+    return "; called from ".join(named)
+
+
+def _shown(filename: str) -> str:
+    """A path relative to the working folder where it lies below it (studies/x/_model.py)."""
+    relative = os.path.relpath(filename)
+    return filename if relative.startswith("..") else relative
 
 
 def run_or_record(sweep: Sweep, path, kind: str, shard: int, points: int) -> dict:
@@ -94,4 +121,4 @@ def run_or_record(sweep: Sweep, path, kind: str, shard: int, points: int) -> dic
     except OSError:
         raise
     except Exception as err:  # noqa: BLE001 - a study bug on some points must not stop the sweep
-        return record_failure(path, kind, shard, points, err)
+        return record_failure(path, kind, shard, points, err, sweep.study)

@@ -73,6 +73,11 @@ class Parameter:
     def domain(self) -> str:
         return f"{self.allowed}{' (whole numbers)' if self.integer else ''}"
 
+    @property
+    def unit_suffix(self) -> str:
+        """" m/s" after a value; nothing for a dimensionless parameter (unit "1")."""
+        return "" if self.unit in ("", "1") else f" {self.unit}"
+
 
 @dataclasses.dataclass(frozen=True)
 class Output:
@@ -147,6 +152,9 @@ class Study:
     # small default, right for vmapped solver loops that run in lockstep; a study
     # without a loop (a closed-form map) gains from wide calls.
     batch_size: int | None = None
+    # The study's own `[solver]` values (e.g. {"max_segments": 200} for a model with
+    # many events), checked like a sweep's; a sweep's `[solver]` table overrides them.
+    solver_defaults: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
     def parameter(self, name: str) -> Parameter:
         return self.parameters_by_name[name]

@@ -12,18 +12,32 @@ EXIT_BAD_INPUT = 2
 
 
 def _studies(args):
-    from ._study import available_studies
+    from ._study import available_studies, load_study
 
-    for name, load in sorted(available_studies().items()):
-        study = load()
-        print(f"{name}: {study.title}\n  source: {study.source}")
-        print("  parameters:")
-        for p in study.parameters:
-            print(f"    {p.name:<20} {p.unit:<7} default {p.default:<10g} allowed {p.domain}  {p.description}")
-        print("  outputs:")
-        for o in study.outputs:
-            dims = f" dims {dict(o.dims)}" if o.dims else ""
-            print(f"    {o.name:<20} {o.unit:<7} {o.description}{dims}")
+    if args.name is None:
+        studies = [load() for _, load in sorted(available_studies().items())]
+    else:
+        try:
+            studies = [load_study(args.name)]
+        except KeyError as err:
+            raise ConfigError("<command line>", "studies NAME", err.args[0]) from None
+    for study in studies:
+        _describe_study(study)
+
+
+def _describe_study(study) -> None:
+    print(f"{study.name}: {study.title}\n  source: {study.source}")
+    print("  parameters:")
+    for p in study.parameters:
+        print(f"    {p.name:<20} {p.unit_suffix.strip():<7} default {p.default:<10g} allowed {p.domain}  "
+              f"{p.description}")
+    print("  outputs:")
+    for o in study.outputs:
+        dims = f" dims {dict(o.dims)}" if o.dims else ""
+        unit = "" if o.unit == "1" else o.unit
+        print(f"    {o.name:<20} {unit:<7} {o.description}{dims}")
+    if study.solver_defaults:
+        print("  solver defaults: " + ", ".join(f"{k} = {v!r}" for k, v in study.solver_defaults.items()))
 
 
 def _validate(args):
@@ -55,14 +69,22 @@ def _run(args):
         connect_timeout=args.connect_timeout,
         lost_after=args.lost_after,
     )
-    print(
-        f"{report.path}: {report.state}; {report.shards_run} shards, {report.points_run:,} points "
-        f"in {report.seconds:.2f} s ({report.rate:,.0f} points/s), {report.failed_points} failed"
-    )
+    print(_summary(report))
     if report.failed_shards:
         print(f"rollsweep: {report.failed_shards} shards raised; their errors: rollsweep status {report.path}; "
               "run again to retry them", file=sys.stderr)
         return 1
+
+
+def _summary(report) -> str:
+    """One line: points solved (and how many of them without success) apart from
+    shards that raised, which solved nothing and so count in no rate."""
+    line = (f"{report.path}: {report.state}; {report.shards_run:,} shards, {report.solved:,} points solved "
+            f"in {report.seconds:.2f} s ({report.rate:,.0f} points/s), {report.failed_points:,} of them failed")
+    if report.failed_shards:
+        line += (f"; {report.failed_shards:,} shards raised ({report.points_run - report.solved:,} points "
+                 "not solved)")
+    return line
 
 
 def _slurm_keywords(args) -> dict:
@@ -97,6 +119,17 @@ def _verify(args):
         print(f"{args.path}: {problem}")
     print(f"{args.path}: {'sound' if not problems else f'{len(problems)} problems'}")
     return 1 if problems else 0
+
+
+def _point(args):
+    from ._jax_setup import configure
+    from ._point import describe, select_point, solve_eagerly
+
+    sweep = load_sweep(args.config, writes=False)
+    params = select_point(sweep, args.at or [], args.index)
+    configure()
+    # An exception propagates whole: its traceback is the point of this command.
+    print(describe(sweep.study, solve_eagerly(sweep.study, params, sweep.solver)))
 
 
 def _status(args):
@@ -134,7 +167,9 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="rollsweep", description=__doc__)
     sub = top.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("studies", help="list studies, their parameters and outputs").set_defaults(fn=_studies)
+    p = sub.add_parser("studies", help="list studies, their parameters and outputs")
+    p.add_argument("name", nargs="?", help="show only this study")
+    p.set_defaults(fn=_studies)
 
     p = sub.add_parser("validate", help="check a sweep file and estimate its cost; writes nothing")
     p.add_argument("config")
@@ -173,6 +208,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--task", type=int, required=True)
     p.add_argument("--share", required=True)
     p.set_defaults(fn=_work)
+
+    p = sub.add_parser("point", help="solve one point of a sweep eagerly (no compiling) to debug a study")
+    p.add_argument("config")
+    p.add_argument("--at", nargs="+", metavar="NAME=VALUE", help="the point's axis (or other parameter) values")
+    p.add_argument("--index", type=int, metavar="N", help="the grid's N-th point (C order of the axes)")
+    p.set_defaults(fn=_point)
 
     p = sub.add_parser("status", help="progress of a cube (being) written")
     p.add_argument("path")

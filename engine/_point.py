@@ -1,0 +1,114 @@
+"""`rollsweep point`: one point of a sweep solved eagerly, to debug a study.
+
+No compiled call: the study's code runs line by line (`jax.disable_jit`), so
+an exception's traceback ends where the study raised and a `breakpoint()` or
+`print` in the study works.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ._config import ConfigError, Sweep, _Checker, plain
+
+WHERE = "<command line>"
+
+
+@dataclasses.dataclass(frozen=True)
+class PointReport:
+    parameters: dict  # name -> value, every parameter of the study
+    status: int
+    num_steps: int
+    num_events: int
+    events: list  # (time, "mode -> transition") of a hybrid solve; None: not a hybrid study
+    outputs: dict  # name -> numpy value
+
+
+def select_point(sweep: Sweep, at: list[str], index: int | None) -> dict:
+    """The parameters of one point: the sweep's fixed values, the axis values at
+    grid `index` (C order of the axes), then the `--at name=value` pairs."""
+    params = dict(sweep.parameters)
+    if index is not None:
+        count = math.prod(sweep.shape)
+        if not 0 <= index < count:
+            raise ConfigError(WHERE, "--index", f"{index} is outside the grid (0 to {count - 1})")
+        for axis, i in zip(sweep.axes, np.unravel_index(index, sweep.shape), strict=True):
+            params[axis.name] = float(axis.values[i])
+    known = sweep.study.parameters_by_name
+    check = _Checker(WHERE)
+    for pair in at:
+        name, sep, text = pair.partition("=")
+        key = f"--at {name}"
+        if not sep:
+            raise ConfigError(WHERE, f"--at {pair}", "must be name=value")
+        if name not in known:
+            raise ConfigError(WHERE, key, f"unknown parameter of study {sweep.study.name!r} "
+                              f"(known: {', '.join(known)})")
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(WHERE, key, f"must be a number, got {text!r}") from None
+        params[name] = check.value_in_range(key, value, known[name])
+    missing = [a for a in sweep.axis_names if a not in params]
+    if missing:
+        raise ConfigError(WHERE, "--at", f"no value for the axes {', '.join(missing)}: give name=value for each, "
+                          "or --index N")
+    return params
+
+
+def solve_eagerly(study, params: dict, settings) -> PointReport:
+    """`study.solve_point` on one point without compiling; for a HybridPoint, the
+    hybrid solve is run by its parts so that its event log can be shown."""
+    import jax
+    import jax.numpy as jnp
+
+    from .solve.hybrid import HybridPoint
+
+    args = {k: jnp.asarray(v, settings.dtype) for k, v in params.items()}
+    point, events = study.solve_point, None
+    with jax.disable_jit():
+        if isinstance(point, HybridPoint):
+            y0, mode, point_args, t_end = point.start(args, settings)
+            solution = point.system.solve(y0, mode, point_args, settings, t_end)
+            result = point.finish(args, solution, settings)
+            events = _event_log(point.system, solution)
+        else:
+            result = point(args, settings)
+    return PointReport(
+        parameters=params,
+        status=int(result.status),
+        num_steps=int(result.num_steps),
+        num_events=int(result.num_events),
+        events=events,
+        outputs={k: np.asarray(v) for k, v in result.outputs.items()},
+    )
+
+
+def _event_log(system, solution) -> list:
+    """(time, "mode -> transition") of each event the solution logged."""
+    transitions = system.transitions
+    rows = min(int(solution.num_events), len(solution.event_t))
+    log = []
+    for k in range(rows):
+        mode, transition = transitions[int(solution.event_code[k])]
+        log.append((float(solution.event_t[k]), f"{system.modes[mode].name} -> {transition.name}"))
+    return log
+
+
+def describe(study, report: PointReport) -> str:
+    from ._status import Status
+
+    lines = [f"study       {study.name}", "parameters"]
+    for name, value in report.parameters.items():
+        lines.append(f"  {name:<20} {plain(value)}{study.parameter(name).unit_suffix}")
+    lines.append(f"status      {Status(report.status).name.lower()} ({report.status})")
+    lines.append(f"steps       {report.num_steps}")
+    lines.append(f"events      {report.num_events}")
+    lines += [f"  t = {plain(t):<22} {name}" for t, name in report.events or ()]
+    lines.append("outputs")
+    for name, value in report.outputs.items():
+        unit = study.outputs_by_name[name].unit
+        shown = plain(value.item()) if value.ndim == 0 else np.array2string(value, precision=17)
+        lines.append(f"  {name:<20} {shown}{'' if unit == '1' else ' ' + unit}")
+    return "\n".join(lines)
