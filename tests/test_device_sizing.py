@@ -46,7 +46,7 @@ def test_cpu_uses_the_fixed_caps(on):
     )
     assert cost.plan_for(hinted).batch == hinted.study.batch_size
     lanes = cost.plan_for(sweep("pingpong", 10**6, 10**5))
-    assert lanes.solver == "lanes" and lanes.width == 1008  # MAX_LANES in whole vectors
+    assert lanes.solver == "lanes" and lanes.width % 16 == 0  # MAX_LANES in whole vectors
     assert MAX_LANES <= lanes.width < MAX_LANES + 16
 
 

@@ -57,7 +57,7 @@ def _cubic(theta, a, u0, b, u1):
     return value, slope
 
 
-def hermite_root(a, da, b, db, span, direction=None, samples=8, bisections=12, iterations=3):
+def hermite_root(a, da, b, db, span, direction=None, samples=4, bisections=3, iterations=3):
     """The first crossing in [0, span], in `direction`, of the cubic through (0, a)
     and (span, b) with slopes da and db there.
 
@@ -67,7 +67,10 @@ def hermite_root(a, da, b, db, span, direction=None, samples=8, bisections=12, i
     moves the wrong way (a ball reset to the ground going up: the cubic of its
     next flight has roots at both ends). Its error is O(span^4) against the
     secant's O(span^2); only a starting guess: the located crossing does not
-    depend on it beyond rounding (the search is bracketed by re-steps).
+    depend on it beyond rounding (the search is bracketed by re-steps). Each
+    evaluation of the cubic is paid for every lane at every crossing: 4 samples
+    and 3 bisections measured ~5% of the rolling ball's time against a plain
+    secant start, 8 and 12 twice that.
     """
     u0, u1 = da * span, db * span  # slopes in the step's unit time
     lo, hi = jnp.zeros_like(span), jnp.ones_like(span)
