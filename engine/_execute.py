@@ -306,7 +306,10 @@ def _results(sweep: Sweep, tasks, executor: str, workers: int, scheduler: Schedu
             elif isinstance(future.exception(), OSError):
                 raise future.exception()
             else:
-                yield record_failure(out, *futures[future], future.exception())
+                error = future.exception()
+                if error.__traceback__ is None:  # the worker's traceback, for where in the study it raised
+                    error = error.with_traceback(future.traceback())
+                yield record_failure(out, *futures[future], error, sweep.study)
 
 
 def _watched(client, pending, scheduler: Scheduler):

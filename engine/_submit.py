@@ -65,7 +65,7 @@ def work(store, task: int, share) -> int:
         try:
             check_device()
         except DeviceError as err:
-            record_failure(str(store), kind, shard, sizes[kind].shard_points(shard), err)
+            record_failure(str(store), kind, shard, sizes[kind].shard_points(shard), err, sweep.study)
             print(f"rollsweep: error: {store}: {err}", file=sys.stderr)
             return 1
         info = run_or_record(sweep, str(store), kind, shard, sizes[kind].shard_points(shard))
