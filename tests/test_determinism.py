@@ -87,16 +87,3 @@ def test_identical_for_worker_counts(small_sweep, tmp_path, executor, workers):
     other = load_sweep(path, out=str(tmp_path / f"{executor}{workers}.zarr"))
     run(other, executor=executor, workers=workers, progress=False)
     assert cubes_identical(open_cube(inline.out).load(), open_cube(other.out).load())
-
-
-def test_existing_scheduler_address(small_sweep, tmp_path):
-    from distributed import LocalCluster
-
-    path = small_sweep(shard_size=6)
-    inline = load_sweep(path, out=str(tmp_path / "inline.zarr"))
-    run(inline, progress=False)
-    remote = load_sweep(path, out=str(tmp_path / "remote.zarr"))
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        report = run(remote, scheduler=cluster.scheduler_address, progress=False)
-    assert report.shards_run == 4
-    assert cubes_identical(open_cube(inline.out).load(), open_cube(remote.out).load())
