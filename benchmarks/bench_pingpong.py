@@ -258,7 +258,7 @@ def main():
     # fills the compile cache): inline threads and local dask cluster processes
     executors = [("inline", None, f"inline, {threads} threads (default)"),
                  ("inline", cores(), f"inline, {cores()} threads (one per core)"), ("inline", 1, "inline, 1 thread"),
-                 ("local", 1, f"local cluster, 1 process x {cores()} threads (default)"),
+                 ("local", 1, f"local cluster, 1 process x {cores()} threads"),
                  ("local", cores(), f"local cluster, {cores()} processes x 1 thread")]
     workers_curve = []
     for executor, workers, label in executors:

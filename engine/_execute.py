@@ -9,6 +9,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import logging
 import time
 
 from tqdm.auto import tqdm
@@ -157,6 +158,18 @@ def solve_shard(text: str, file: str, out: str, kind: str, shard: int) -> dict:
 
 
 @contextlib.contextmanager
+def _quiet(name: str):
+    """The named logger silenced for the block."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
 def dask_client(scheduler: Scheduler | None, workers: int, slurm=None, store=None):
     """A client of an existing scheduler, of SLURM worker jobs (`slurm`: Resources;
     their logs go to the store's SLURM folder), or of an embedded local cluster."""
@@ -178,10 +191,13 @@ def dask_client(scheduler: Scheduler | None, workers: int, slurm=None, store=Non
     # Each shard's call keeps XLA to one thread: the worker's threads already run a
     # shard per core (XLA's own pool gained nothing in measurements, within noise).
     env = {"PYTHONUNBUFFERED": "1", "XLA_FLAGS": SINGLE_THREAD_XLA}
+    # The run reports every failure in one line of its own; the cluster's logs
+    # (worker and nanny tracebacks on Ctrl-C, disk errors) would bury it.
     cluster = LocalCluster(
-        n_workers=workers, threads_per_worker=worker_threads(workers), processes=True, dashboard_address=None, env=env
+        n_workers=workers, threads_per_worker=worker_threads(workers), processes=True, dashboard_address=None, env=env,
+        silence_logs=logging.CRITICAL,
     )
-    with cluster, Client(cluster) as client:
+    with _quiet("distributed"), cluster, Client(cluster) as client:
         yield client
 
 

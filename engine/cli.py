@@ -3,7 +3,9 @@
 import argparse
 import os
 import pathlib
+import signal
 import sys
+import threading
 
 from ._config import ConfigError, check_workers, load_sweep
 from ._cube import StoreError
@@ -249,7 +251,25 @@ def _disk_error(args, err: OSError) -> str:
     return line
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a job scheduler's or `kill`'s stop), handled as Ctrl-C is."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
 def main(argv=None) -> int:
+    if threading.current_thread() is not threading.main_thread():  # signals go to the main thread only
+        return _main(argv)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv) -> int:
     args = parser().parse_args(argv)
     if args.command in ("plot", "demo"):
         import matplotlib
@@ -266,9 +286,9 @@ def main(argv=None) -> int:
     except OSError as err:  # full disk, read-only or vanished store
         print(f"rollsweep: error: {_disk_error(args, err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         print("rollsweep: interrupted; run the same command again to resume", file=sys.stderr)
-        return 130
+        return 143 if isinstance(err, Terminated) else 130
     return code or 0
 
 

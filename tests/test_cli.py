@@ -29,3 +29,25 @@ def test_run_status_plot(small_sweep, tmp_path, capsys):
 def test_status_of_a_non_cube_is_a_clear_error(tmp_path, capsys):
     assert main(["status", str(tmp_path)]) == 2
     assert "not a rollsweep cube" in capsys.readouterr().err
+
+
+def test_sigterm_stops_a_run_with_one_line_and_it_resumes(small_sweep, tmp_path):
+    """A job scheduler's stop (SIGTERM) is handled as Ctrl-C: one line, exit 143,
+    what is done kept; the same command then completes the cube."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    config = small_sweep(axes='spin_ratio = { linspace = [0.0, 3.0, 400] }', shard_size=1)
+    command = [sys.executable, "-m", "engine.cli", "run", str(config), "--workers", "1", "--quiet"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    markers = tmp_path / "cube.zarr" / "_rollsweep" / "grid"
+    deadline = time.monotonic() + 120
+    while not (markers.exists() and any(markers.glob("*.json"))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 143, stderr
+    assert stderr.strip().splitlines() == ["rollsweep: interrupted; run the same command again to resume"]
+    assert subprocess.run(command, capture_output=True, text=True, timeout=300).returncode == 0
