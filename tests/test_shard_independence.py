@@ -12,7 +12,7 @@ from engine._execute import run
 from conftest import cubes_identical, sweep_file
 
 GRIDS = {
-    "rebound": "speed = { linspace = [1.0, 8.0, 5] }\nspin_ratio = { linspace = [-2.0, 2.0, 9] }\n"
+    "rebound": "vx = { linspace = [1.0, 8.0, 5] }\nwy = { linspace = [-200.0, 200.0, 9] }\n"
                "model = { values = [0, 1, 2] }",
     "rebound_regime": "spin_ratio = { linspace = [-1.0, 1.0, 41] }\nincidence_angle = { linspace = [0.0, 89.9, 60] }",
     "rebound_table1": "model = { values = [0, 1, 2] }\nsample = { linspace = [1, 12, 12] }",
