@@ -231,8 +231,8 @@ def main():
     args = parser.parse_args()
     if args.quick:
         args.points, args.scipy_points, args.pairs = 20_000, 20, 2
+    from engine._allocation import cores
     from engine._execute import default_workers
-    from engine.solve.device import host_cores as cores
 
     threads = default_workers("inline")
     args.shard_size = args.shard_size or shards_for(args.points, threads)

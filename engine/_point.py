@@ -108,7 +108,6 @@ def describe(study, report: PointReport) -> str:
     lines += [f"  t = {plain(t):<22} {name}" for t, name in report.events or ()]
     lines.append("outputs")
     for name, value in report.outputs.items():
-        unit = study.outputs_by_name[name].unit
         shown = plain(value.item()) if value.ndim == 0 else np.array2string(value, precision=17)
-        lines.append(f"  {name:<20} {shown}{'' if unit == '1' else ' ' + unit}")
+        lines.append(f"  {name:<20} {shown}{study.outputs_by_name[name].unit_suffix}")
     return "\n".join(lines)

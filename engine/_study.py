@@ -43,6 +43,11 @@ class Interval:
         return f"{left}{self.lower:g}, {self.upper:g}{right}"
 
 
+def unit_suffix(unit: str) -> str:
+    """" m/s" after a value; nothing for a dimensionless quantity (unit "1")."""
+    return "" if unit in ("", "1") else f" {unit}"
+
+
 @dataclasses.dataclass(frozen=True)
 class Parameter:
     """One scalar input of a study. `symbol` and `source` say where it comes from."""
@@ -75,8 +80,7 @@ class Parameter:
 
     @property
     def unit_suffix(self) -> str:
-        """" m/s" after a value; nothing for a dimensionless parameter (unit "1")."""
-        return "" if self.unit in ("", "1") else f" {self.unit}"
+        return unit_suffix(self.unit)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +103,10 @@ class Output:
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(n if isinstance(n, int) else len(n) for _, n in self.dims)
+
+    @property
+    def unit_suffix(self) -> str:
+        return unit_suffix(self.unit)
 
     @property
     def labels(self) -> dict[str, tuple[str, ...]]:

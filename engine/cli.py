@@ -36,8 +36,7 @@ def _describe_study(study) -> None:
     print("  outputs:")
     for o in study.outputs:
         dims = f" dims {dict(o.dims)}" if o.dims else ""
-        unit = "" if o.unit == "1" else o.unit
-        print(f"    {o.name:<20} {unit:<7} {o.description}{dims}")
+        print(f"    {o.name:<20} {o.unit_suffix.strip():<7} {o.description}{dims}")
     if study.solver_defaults:
         print("  solver defaults: " + ", ".join(f"{k} = {v!r}" for k, v in study.solver_defaults.items()))
 

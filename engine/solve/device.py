@@ -8,6 +8,8 @@ per compiled call, how many lanes, how many shard threads) is made from one
 import dataclasses
 import functools
 
+from .._allocation import cores
+
 
 @dataclasses.dataclass(frozen=True)
 class Device:
@@ -16,7 +18,7 @@ class Device:
     platform: "cpu", "gpu" or "tpu". count: devices of that platform.
     memory: bytes one device may allocate, where it reports it (accelerators);
     None on CPU, where the host memory budget applies. cores: host cores this
-    process may use.
+    process may use (its affinity, its SLURM job's and cgroup's allocation).
     """
 
     platform: str = "cpu"
@@ -27,20 +29,6 @@ class Device:
     @property
     def accelerator(self) -> bool:
         return self.platform != "cpu"
-
-    def describe(self) -> str:
-        if not self.accelerator:
-            return f"cpu ({self.cores} cores)"
-        memory = f", {self.memory / 2**30:.0f} GiB each" if self.memory else ""
-        return f"{self.count} x {self.platform}{memory}, {self.cores} host cores"
-
-
-def host_cores() -> int:
-    """Cores this process may use: its affinity, its SLURM job's and its cgroup's
-    allocation, not the machine's count."""
-    from .._allocation import cores
-
-    return cores()
 
 
 @functools.cache
@@ -53,4 +41,4 @@ def detect() -> Device:
     memory = None
     if first.platform != "cpu":
         memory = (first.memory_stats() or {}).get("bytes_limit")
-    return Device(platform=first.platform, count=len(devices), memory=memory, cores=host_cores())
+    return Device(platform=first.platform, count=len(devices), memory=memory, cores=cores())

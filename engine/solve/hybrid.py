@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from .._status import Status
-from .locate import crossed, start_value
+from .locate import crossed, start_value, time_tolerance
 from .settings import SolverSettings
 
 # Inactive event functions return this constant: it never changes sign.
@@ -202,8 +202,7 @@ class HybridSystem:
             return jax.jvp(g, (t, y), (jnp.ones_like(t), self._vector_field(t, y, args)))
 
         lower = t_seg - t_end
-        eps = jnp.finfo(t_end.dtype).eps
-        tol = 4 * eps * jnp.maximum(jnp.abs(t_end), jnp.abs(lower))
+        tol = time_tolerance(t_end, lower)
 
         def newton(carry):
             dt, _, k = carry
