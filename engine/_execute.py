@@ -9,7 +9,10 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import itertools
 import logging
+import os
+import threading
 import time
 
 from tqdm.auto import tqdm
@@ -21,6 +24,7 @@ from ._cube import CRITICAL, GRID, done_shards, locked, prepare, slurm_folder
 from ._jax_setup import SINGLE_THREAD_XLA, check_device, configure, task_settings
 from ._shard import RUNNERS, record_failure, run_or_record
 from .solve.device import detect as detect_device
+from .solve.device import local_devices
 
 # An existing cluster (--scheduler). dask's own connect timeout, 30 s, is long to
 # wait for a typo or a cluster that is down; a scheduler that answers does so in
@@ -119,15 +123,15 @@ def default_workers(executor: str, sweep: Sweep | None = None) -> int:
     further process starts, imports and loads the program again. Measured on 2
     cores, 300k-point pingpong sweep: one process with 1 thread 26k points/s, with
     2 threads 42k points/s."""
-    if executor != "inline":
-        return 1
     device = detect_device()
+    if executor != "inline":
+        return device.count if executor == "local" else 1  # local: one worker process per device
     if device.accelerator:
-        return ACCELERATOR_THREADS
+        return ACCELERATOR_THREADS * device.count
     threads = THREADS_PER_CORE * device.cores
     if sweep is not None and not _cost.fits_in_memory(sweep, threads):
-        return device.cores  # large shards: the extra threads would only cost memory
-    return threads
+        threads = device.cores  # large shards: the extra threads would only cost memory
+    return max(threads, device.count)  # at least a thread per device (CPU devices forced by XLA_FLAGS)
 
 
 def worker_threads(workers: int) -> int:
@@ -137,6 +141,48 @@ def worker_threads(workers: int) -> int:
     if device.accelerator:
         return ACCELERATOR_THREADS
     return max(1, device.cores // workers)
+
+
+# Every device of the machine solves: each shard thread (inline) or worker process
+# (local cluster) is pinned to one device, in turn. A compiled program gives the
+# same bits on every device of a kind, so the cube does not depend on the spread.
+_PINNED = threading.local()
+
+
+def _pin_threads(devices):
+    """A thread-pool initializer giving each new thread the next device, round robin."""
+    turn = itertools.count()
+
+    def pin():
+        _PINNED.device = devices[next(turn) % len(devices)]
+
+    return pin
+
+
+def _on_pinned_device(fn, *args):
+    """fn(*args) with this thread's compiled calls on its pinned device (if any)."""
+    device = getattr(_PINNED, "device", None)
+    if device is None:
+        return fn(*args)
+    import jax
+
+    with jax.default_device(device):
+        return fn(*args)
+
+
+def _worker_device():
+    """A local-cluster worker's device: worker i takes device i of those it sees
+    (one, where the cluster gave it its own GPU). None elsewhere."""
+    from distributed import get_worker
+
+    try:
+        name = get_worker().name
+    except ValueError:  # not in a worker
+        return None
+    devices = local_devices()
+    if len(devices) == 1 or isinstance(name, bool) or not isinstance(name, int):
+        return None
+    return devices[name % len(devices)]
 
 
 def in_flight(executor: str, workers: int) -> int:
@@ -154,7 +200,13 @@ def solve_shard(text: str, file: str, out: str, kind: str, shard: int) -> dict:
     JAX settings are changed for this task's thread only while it runs."""
     with task_settings():
         check_device()
-        return RUNNERS[kind](_worker_sweep(text, file, out), out, shard)
+        device = _worker_device()
+        if device is None:
+            return RUNNERS[kind](_worker_sweep(text, file, out), out, shard)
+        import jax
+
+        with jax.default_device(device):
+            return RUNNERS[kind](_worker_sweep(text, file, out), out, shard)
 
 
 @contextlib.contextmanager
@@ -190,15 +242,34 @@ def dask_client(scheduler: Scheduler | None, workers: int, slurm=None, store=Non
         return
     # Each shard's call keeps XLA to one thread: the worker's threads already run a
     # shard per core (XLA's own pool gained nothing in measurements, within noise).
-    env = {"PYTHONUNBUFFERED": "1", "XLA_FLAGS": SINGLE_THREAD_XLA}
+    # The user's own XLA flags (forced host devices, say) go to the workers too.
+    flags = " ".join(filter(None, (os.environ.get("XLA_FLAGS"), SINGLE_THREAD_XLA)))
+    env = {"PYTHONUNBUFFERED": "1", "XLA_FLAGS": flags}
     # The run reports every failure in one line of its own; the cluster's logs
     # (worker and nanny tracebacks on Ctrl-C, disk errors) would bury it.
     cluster = LocalCluster(
-        n_workers=workers, threads_per_worker=worker_threads(workers), processes=True, dashboard_address=None, env=env,
+        n_workers=0, threads_per_worker=worker_threads(workers), processes=True, dashboard_address=None, env=env,
         silence_logs=logging.CRITICAL,
     )
     with _quiet("distributed"), cluster, Client(cluster) as client:
+        for i in range(workers):  # worker i: device i (see _worker_device)
+            (name, spec), = cluster.new_worker_spec().items()
+            options = spec["options"] | {"env": env | _visible_gpu(i)}
+            cluster.worker_spec[name] = spec | {"options": options}
+        cluster.scale(workers)
         yield client
+
+
+def _visible_gpu(worker: int) -> dict:
+    """Environment giving a local worker one NVIDIA GPU of this process's, so that it
+    neither sees nor reserves memory on the others (JAX reserves most of every
+    GPU it sees); nothing on other devices, where it picks its device itself."""
+    device = detect_device()
+    if device.platform != "gpu" or device.count == 1:
+        return {}
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = visible.split(",") if visible else [str(d.id) for d in local_devices()]
+    return {"CUDA_VISIBLE_DEVICES": ids[worker % len(ids)]}
 
 
 def run(
@@ -281,9 +352,11 @@ def _inline_results(sweep: Sweep, out: str, tasks, threads: int):
         for task in tasks:
             yield run_or_record(sweep, out, *task)
         return
-    pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="rollsweep-shard")
+    devices = local_devices()
+    pin = _pin_threads(devices) if len(devices) > 1 else None
+    pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="rollsweep-shard", initializer=pin)
     try:
-        futures = [pool.submit(run_or_record, sweep, out, *task) for task in tasks]
+        futures = [pool.submit(_on_pinned_device, run_or_record, sweep, out, *task) for task in tasks]
         for future in concurrent.futures.as_completed(futures):
             yield future.result()
     finally:

@@ -70,10 +70,18 @@ def study_fingerprint(study) -> str:
 
 
 def device() -> str:
-    import jax
+    """The device this thread solves on (see engine.solve.device.device_name)."""
+    from .solve.device import device_name
 
-    d = jax.devices()[0]
-    return f"{d.platform}:{d.device_kind}"
+    return device_name()
+
+
+def devices() -> str:
+    """Every device a run of this process spreads its shards over: "cpu:cpu", "gpu:NVIDIA H100 x4"."""
+    from .solve.device import local_devices
+
+    found = local_devices()
+    return f"{found[0].platform}:{found[0].device_kind}" + (f" x{len(found)}" if len(found) > 1 else "")
 
 
 def provenance(sweep) -> dict:
@@ -97,6 +105,6 @@ def provenance(sweep) -> dict:
         "atol": sweep.solver.atol,
         "git_commit": git_commit(),
         "versions": dict(versions()),  # a copy: the cached one stays as found
-        "device": device(),
+        "device": devices(),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

@@ -34,11 +34,38 @@ class Device:
 @functools.cache
 def detect() -> Device:
     """The default backend's devices, asked once per process."""
-    import jax
-
-    devices = jax.devices()
+    devices = local_devices()
     first = devices[0]
     memory = None
     if first.platform != "cpu":
         memory = (first.memory_stats() or {}).get("bytes_limit")
     return Device(platform=first.platform, count=len(devices), memory=memory, cores=cores())
+
+
+def local_devices() -> list:
+    """The default backend's devices in this process, which a run spreads its shards
+    over (the inline executor's shard threads, the local cluster's workers). Which
+    ones a process sees is chosen outside it: CUDA_VISIBLE_DEVICES on NVIDIA GPUs,
+    XLA_FLAGS=--xla_force_host_platform_device_count=N for N CPU devices."""
+    import jax
+
+    return jax.local_devices()
+
+
+def current_device():
+    """The device this thread's compiled calls run on: its `jax.default_device`
+    where one is set (a shard thread pinned to a device), else the first."""
+    import jax
+
+    chosen = jax.config.jax_default_device
+    if chosen is None:
+        return local_devices()[0]
+    return jax.local_devices(backend=chosen)[0] if isinstance(chosen, str) else chosen
+
+
+def device_name(device=None) -> str:
+    """"platform:kind" of a device (default: this thread's), with its number where
+    the process sees several ("gpu:NVIDIA H100 #1"): which of them solved a shard."""
+    device = device or current_device()
+    name = f"{device.platform}:{device.device_kind}"
+    return name + (f" #{device.id}" if len(local_devices()) > 1 else "")

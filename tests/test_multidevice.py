@@ -1,0 +1,78 @@
+"""Every device of a machine solves: shards spread over all local devices, one
+shard thread (inline) or worker process (local cluster) per device, and the cube
+bitwise equal to a one-device run.
+
+The devices are CPU devices forced by XLA_FLAGS, which must be set before JAX
+starts: the multi-device runs are subprocesses; this process has one device.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from engine._config import load_sweep
+from engine._cube import open_cube
+from engine._devices import solving_devices
+from engine._execute import run
+
+from conftest import cubes_identical, sweep_file
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def regime_sweep(folder, name, executor="inline"):
+    """A small sweep of a study that compiles fast, in 21 shards."""
+    return sweep_file(folder, f"""
+        study = "rebound_regime"
+        [axes]
+        spin_ratio = {{ linspace = [-1.0, 1.0, 21] }}
+        incidence_angle = {{ linspace = [0.0, 89.9, 10] }}
+        [run]
+        shard_size = 10
+        executor = "{executor}"
+        out = "{folder / name}.zarr"
+        """, name=f"{name}.toml")
+
+
+def run_on_devices(config, devices: int, *args):
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+               PYTHONPATH=os.pathsep.join(filter(None, (REPO, os.environ.get("PYTHONPATH")))))
+    done = subprocess.run([sys.executable, "-m", "engine.cli", "run", str(config), "--quiet", *args],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def one_device_cube(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("one")
+    sweep = load_sweep(regime_sweep(folder, "one"))
+    run(sweep, progress=False)
+    return open_cube(sweep.out).load()
+
+
+def test_inline_shards_spread_over_every_device(tmp_path, one_device_cube):
+    config = regime_sweep(tmp_path, "four")
+    run_on_devices(config, 4)
+    out = tmp_path / "four.zarr"
+    solved = solving_devices(out)
+    assert set(solved) == {f"cpu:cpu #{i}" for i in range(4)}, solved
+    assert sum(solved.values()) == 21
+    cube = open_cube(out).load()
+    assert cube.attrs["device"] == "cpu:cpu x4"
+    assert cubes_identical(cube, one_device_cube)
+
+
+@pytest.mark.slow
+def test_local_cluster_starts_a_worker_per_device(tmp_path, one_device_cube):
+    config = regime_sweep(tmp_path, "two", executor="local")
+    run_on_devices(config, 2)
+    out = tmp_path / "two.zarr"
+    assert set(solving_devices(out)) == {"cpu:cpu #0", "cpu:cpu #1"}
+    assert cubes_identical(open_cube(out).load(), one_device_cube)
+
+
+def test_one_device_is_named_as_before(one_device_cube):
+    assert one_device_cube.attrs["device"] == "cpu:cpu"
