@@ -17,7 +17,7 @@ import numpy as np
 
 from ._layout import Layout, chunk_shape
 from ._study import Study, load_study
-from .solve.settings import DTYPES, SOLVERS, SolverSettings
+from .solve.settings import DTYPES, SOLVERS, SolverSettings, tolerance_floor
 
 TOP_LEVEL_KEYS = {"study", "outputs", "parameter_file", "parameters", "axes", "solver", "critical", "run", "slurm"}
 RUN_KEYS = {"shard_size", "batch_size", "out", "executor", "workers"}
@@ -192,8 +192,12 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
     check.constraints(study, parameters, axes, overrides)
     outputs = check.outputs(doc, study)
 
-    solver = _solver_settings(study, check.solver_values(check.table(doc, "solver")))
+    solver_doc = check.table(doc, "solver")
+    solver = _solver_settings(study, check.solver_values(solver_doc))
+    _check_resolution(file, study, solver, solver_doc)
     critical = check.critical(check.table(doc, "critical"), study, axes)
+    if critical:
+        _check_xtol(file, critical, solver.dtype, "xtol" in check.table(doc, "critical"))
     if critical and critical.output not in outputs:
         raise ConfigError(file, "critical.output", f"{critical.output!r} is not among the selected outputs")
     run = check.table(doc, "run")
@@ -236,6 +240,36 @@ def _solver_settings(study, values: dict) -> SolverSettings:
     the defaults are checked like a sweep's, an error naming the study."""
     defaults = _Checker(f"study {study.name!r}").solver_values(dict(study.solver_defaults), "solver_defaults")
     return SolverSettings(**(defaults | values))
+
+
+def _check_resolution(file, study, settings: SolverSettings, written: dict) -> None:
+    """Refuse tolerances finer than the sweep's dtype resolves (see
+    engine.solve.settings.tolerance_floor), naming the key, where the value came
+    from and the floor."""
+    for key in ("rtol", "atol"):
+        value, floor = getattr(settings, key), tolerance_floor(settings.dtype, key)
+        if value < floor:
+            raise ConfigError(file, f"solver.{key}", f"{plain(value)}{_origin(key, written, study)} is below what "
+                              f"{settings.dtype} resolves (floor {floor:.3g}){_wider(key, floor, settings.dtype)}")
+
+
+def _check_xtol(file, critical: "Critical", dtype: str, written: bool) -> None:
+    floor = tolerance_floor(dtype, "xtol", critical.bracket)
+    if critical.xtol < floor:
+        origin = "" if written else " (the default)"
+        raise ConfigError(file, "critical.xtol", f"{plain(critical.xtol)}{origin} is below what {dtype} resolves on "
+                          f"the bracket {list(critical.bracket)} (floor {floor:.3g}){_wider('xtol', floor, dtype)}")
+
+
+def _origin(key: str, written: dict, study) -> str:
+    if key in written:
+        return ""
+    return " (the study's default)" if key in study.solver_defaults else " (the default)"
+
+
+def _wider(key: str, floor: float, dtype: str) -> str:
+    hint = f": set {key} >= {floor:.3g}"
+    return hint + ' or dtype = "float64"' if dtype != "float64" else hint
 
 
 def plain(value) -> str:

@@ -105,7 +105,7 @@ def structure(sweep: Sweep) -> tuple[xr.Dataset, dict]:
         attrs = {"units": o.unit, "long_name": o.description}
         if o.optional:
             attrs["note"] = "NaN where absent (not a failure: see status)"
-        data[o.name] = (dims + extra, _placeholder(shape, np.nan), attrs)
+        data[o.name] = (dims + extra, _placeholder(shape, np.nan, sweep.solver.dtype), attrs)  # as solved
         chunks[o.name] = grid.chunks + o.shape
     counters = {
         "status": ("int8", status_attrs()),
@@ -121,7 +121,7 @@ def structure(sweep: Sweep) -> tuple[xr.Dataset, dict]:
         p = study.parameter(c.axis)
         data[critical_name(sweep)] = (
             other,
-            _placeholder(critical.shape, np.nan),
+            _placeholder(critical.shape, np.nan, sweep.solver.dtype),
             {
                 "units": p.unit,
                 "long_name": f"{c.axis} where {c.output} = {c.target:g}",
