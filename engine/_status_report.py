@@ -5,6 +5,7 @@ import dataclasses
 from ._cost import layouts
 from ._cube import CRITICAL, GRID, cube_sweep, failed_shards
 from ._devices import describe_devices
+from ._running import writer
 from ._status import Status
 from ._verify import check_shards
 
@@ -20,6 +21,7 @@ class Progress:
     failed: list  # shards whose computation raised: {"kind", "shard", "error"}
     damaged: list = dataclasses.field(default_factory=list)  # what verify finds, one line each
     devices: str = ""  # which devices solved the done shards, one line
+    writer: str | None = None  # "pid N on HOST" of the run writing the cube now, if one is
 
     @property
     def complete(self) -> bool:
@@ -27,6 +29,8 @@ class Progress:
 
     def describe(self) -> str:
         lines = [f"study            {self.study}"]
+        if self.writer:
+            lines.append(f"running          {self.writer}: the counts are of the shards finished so far")
         for kind, (done, total) in self.shards_done.items():
             failed = sum(1 for f in self.failed if f["kind"] == kind)
             lines.append(f"{kind + ' shards':<16} {done:,} / {total:,} done, {total - done - failed:,} pending, "
@@ -38,13 +42,19 @@ class Progress:
         lines += [f"  {name:<14} {count:,}" for name, count in self.status_counts.items()]
         lines += [f"failed {f['kind']} shard {f['shard']}: {f['error']}" for f in self.failed]
         lines += [f"damaged {line} (solved again by the next run)" for line in self.damaged]
-        lines.append("complete" if self.complete else "incomplete: run the same command again to resume")
+        if self.complete:
+            lines.append("complete")
+        elif self.writer:
+            lines.append(f"running: its other shards are being solved ({self.writer})")
+        else:
+            lines.append("incomplete: run the same command again to resume")
         return "\n".join(lines)
 
 
 def progress(path) -> Progress:
     """Progress as `verify` sees it: a shard counts as done only if its data reads
     back as written."""
+    running = writer(path)  # asked first: a run that ends meanwhile leaves a cube at least as done
     sweep = cube_sweep(path)
     grid, critical = layouts(sweep)
     check = check_shards(sweep, path)
@@ -59,4 +69,4 @@ def progress(path) -> Progress:
             points_done = sum(m.get("points", 0) for m in markers.values())
     counts = {s.name.lower(): check.status_counts[s] for s in Status if check.status_counts.get(s)}
     return Progress(sweep.study.name, shards, points_done, grid.n_points, failed, counts, failed_shards(path),
-                    check.problems(), describe_devices(path))
+                    check.problems(), describe_devices(path), running)

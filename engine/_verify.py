@@ -38,7 +38,7 @@ class ShardCheck:
 
     damaged: dict  # kind -> {shard: reason}
     markers: dict  # kind -> {shard: marker content} of the sound ones
-    status_counts: dict  # status code -> points, over the grid's readable status chunks
+    status_counts: dict  # status code -> points, over the grid's sound done shards
 
     def problems(self) -> list[str]:
         return [f"{kind} shard {shard} {reason}" for kind, shards in self.damaged.items()
@@ -96,6 +96,7 @@ def check_shards(sweep, path) -> ShardCheck:
     with _quiet_zarr():
         group = zarr.open_group(path, mode="r")
     damaged, sound, counts = {}, {}, {}
+    shard_counts = {}  # grid shard -> {status code: points}
     for kind, (layout, names) in kind_arrays(sweep).items():
         markers = read_markers(path, kind)
         bad = damaged.setdefault(kind, {})
@@ -108,17 +109,15 @@ def check_shards(sweep, path) -> ShardCheck:
         for name in names:
             if name not in group:
                 continue  # reported by verify as a missing variable
-            every = range(layout.n_shards) if name == "status" else done
-            for shard, values in read_by_shard(group[name], layout, every):
+            for shard, values in read_by_shard(group[name], layout, done):
                 if isinstance(values, Exception):
                     if shard in markers:
                         reason = " ".join(f"{type(values).__name__}: {values}".split())  # one line
                         bad.setdefault(shard, f"{name} cannot be read ({reason})")
                     continue
                 if name == "status":
-                    for code, n in zip(*np.unique(values, return_counts=True), strict=True):
-                        counts[int(code)] = counts.get(int(code), 0) + int(n)
-                if shard not in markers or shard in bad:
+                    shard_counts[shard] = dict(zip(*np.unique(values, return_counts=True), strict=True))
+                if shard in bad:
                     continue
                 expected = markers[shard].get("digests", {}).get(name)
                 if expected is not None and digest(values) != expected:
@@ -126,6 +125,11 @@ def check_shards(sweep, path) -> ShardCheck:
                 elif name.endswith("status") and np.any(values == Status.PENDING):
                     bad[shard] = "is marked done but has points never written"
         sound[kind] = {s: markers[s] for s in done if s not in bad}
+    # Counted over the shards found done and sound, as the points done are: the
+    # shards a live run is writing meanwhile are in neither.
+    for shard in sound.get(GRID, {}):
+        for code, n in shard_counts.get(shard, {}).items():
+            counts[int(code)] = counts.get(int(code), 0) + int(n)
     return ShardCheck(damaged, sound, counts)
 
 
@@ -139,8 +143,44 @@ def repair(sweep, path) -> dict:
     return damaged
 
 
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What `verify` found: problems (damage, missing variables), and how much of
+    the cube is done: a cube can be sound as far as it goes, but partial."""
+
+    problems: list
+    shards_done: int  # sound done shards, grid and critical
+    shards_total: int
+    writer: str | None  # "pid N on HOST" of the run writing it now, if one is
+
+    @property
+    def partial(self) -> bool:
+        return self.shards_done < self.shards_total
+
+    def summary(self) -> str:
+        """One line: sound, partial, or how many problems (and who writes it now)."""
+        if self.problems:
+            line = f"{len(self.problems)} problems"
+        elif self.partial:
+            line = f"partial: {self.shards_done:,} / {self.shards_total:,} shards done, each as written"
+        else:
+            return "sound"
+        if self.writer:
+            return f"{line}; a run is writing it now ({self.writer})"
+        return f"{line}; run the same command again to {'repair' if self.problems else 'finish'} it"
+
+
 def verify(path) -> list[str]:
-    """Problems found (empty: the cube is sound)."""
+    """Problems found (empty: what is done is sound; see `examine` for how much is)."""
+    return examine(path).problems
+
+
+def examine(path) -> Verdict:
+    """Every done shard read back against its checksums, the cube's structure
+    checked, and how many shards are done (a cube being written is partial)."""
+    from ._running import writer
+
+    running = writer(path)  # asked first: a run that ends meanwhile leaves a cube at least as done
     sweep = cube_sweep(path)  # refuses non-cubes and other store formats
     problems = []
     attrs = read_attrs(path)
@@ -157,4 +197,7 @@ def verify(path) -> list[str]:
                 problems.append(f"variable {name} is missing")
             elif tuple(group[name].chunks) != chunks:
                 problems.append(f"variable {name}: chunks {tuple(group[name].chunks)} are not the shards {chunks}")
-    return problems + check_shards(sweep, path).problems()
+    check = check_shards(sweep, path)
+    total = sum(layout.n_shards for layout, _ in kind_arrays(sweep).values())
+    done = sum(len(markers) for markers in check.markers.values())
+    return Verdict(problems + check.problems(), done, total, running)

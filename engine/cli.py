@@ -11,6 +11,7 @@ from ._config import ConfigError, check_workers, load_sweep
 from ._cube import StoreError
 
 EXIT_BAD_INPUT = 2
+EXIT_PARTIAL = 3  # verify: what is done is sound, but not every shard is
 
 
 def _studies(args):
@@ -113,13 +114,15 @@ def _work(args):
 
 
 def _verify(args):
-    from ._verify import verify
+    from ._verify import examine
 
-    problems = verify(args.path)
-    for problem in problems:
+    verdict = examine(args.path)
+    for problem in verdict.problems:
         print(f"{args.path}: {problem}")
-    print(f"{args.path}: {'sound' if not problems else f'{len(problems)} problems'}")
-    return 1 if problems else 0
+    print(f"{args.path}: {verdict.summary()}")
+    if verdict.problems:
+        return 1
+    return EXIT_PARTIAL if verdict.partial else 0
 
 
 def _point(args):
