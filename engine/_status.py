@@ -17,6 +17,7 @@ class Status(enum.IntEnum):
     MAX_SEGMENTS = 6  # more mode transitions than the hybrid loop allows
     SOLVER_FAILED = 7  # any other solver failure (step size underflow, ...)
     NO_ROOT = 8  # critical-value search: no sign change inside the bracket
+    NOT_CONVERGED = 9  # critical-value search: the bracket did not shrink to xtol within its iterations
 
 
 def status_attrs() -> dict:

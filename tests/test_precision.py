@@ -42,7 +42,7 @@ out = "{out}"
     ('dtype = "float32"', "", "solver.rtol", "9.54e-07", "1e-10 (the default)"),
     ('dtype = "float32"\nrtol = 1e-6', "", "critical.xtol", "2.29e-05", "1e-12 (the default)"),
     ('dtype = "float32"\nrtol = 1e-7', "xtol = 1e-4", "solver.rtol", "9.54e-07", "1e-07 is below"),
-    ('dtype = "float32"\nrtol = 1e-6\natol = 1e-40', "xtol = 1e-4", "solver.atol", "1.18e-38", "1e-40 is below"),
+    ('dtype = "float32"\nrtol = 1e-6\natol = 1e-20', "xtol = 1e-4", "solver.atol", "1.42e-14", "1e-20 is below"),
     ("rtol = 1e-16", "", "solver.rtol", "1.78e-15", "1e-16 is below"),
     ("", "xtol = 1e-14", "critical.xtol", "4.26e-14", "1e-14 is below"),
 ])
@@ -58,7 +58,8 @@ def test_tolerances_below_the_dtype_are_refused(solver, critical, key, floor, or
 def test_floors_follow_the_dtype():
     assert tolerance_floor("float32", "rtol") == 8 * EPS32
     assert tolerance_floor("float32", "xtol", (1.0, -3.0)) == 64 * EPS32 * 3
-    assert tolerance_floor("float64", "rtol") < 1e-14
+    assert tolerance_floor("float32", "atol") == EPS32**2
+    assert tolerance_floor("float64", "rtol") < 1e-14 and tolerance_floor("float64", "atol") < 1e-30
     # Accepted as they are: float64 at the engine's defaults, float32 at its floors.
     parse_sweep(pingpong(), file="s.toml")
     parse_sweep(pingpong('dtype = "float32"\nrtol = 1e-6', "xtol = 3e-5"), file="s.toml")
@@ -111,3 +112,19 @@ def test_float32_rolling_ball_at_its_floor(tmp_path):
     assert int(f32.critical_spin_ratio_status) == 1
     error = abs(float(f32.critical_spin_ratio) - float(f64.critical_spin_ratio))
     assert error <= xtol, error
+
+
+def test_a_root_whose_bracket_did_not_reach_xtol_is_not_success(monkeypatch):
+    """A search whose bracket did not narrow to xtol within its iterations is
+    NOT_CONVERGED, never SUCCESS; a bracket without a sign change is NO_ROOT."""
+    from engine._status import Status
+    from engine.solve import critical
+
+    def step(x, index):  # sign change at 1.3 for problem 0; none for problem 1
+        return np.where(index == 0, np.sign(x - 1.3), 1.0), np.full(len(x), Status.SUCCESS, np.int8)
+
+    roots, status = critical.find_critical(step, (1.0, 3.0), 0.0, 1e-9, 2)
+    assert list(status) == [Status.SUCCESS, Status.NO_ROOT] and abs(roots[0] - 1.3) <= 1e-9
+    monkeypatch.setattr(critical, "MAX_ITERATIONS", 5)  # too few to narrow [1, 3] to 1e-9
+    roots, status = critical.find_critical(step, (1.0, 3.0), 0.0, 1e-9, 2)
+    assert list(status) == [Status.NOT_CONVERGED, Status.NO_ROOT] and np.isnan(roots).all()

@@ -14,6 +14,7 @@ from scipy.optimize import elementwise
 from .._status import Status
 
 MAX_ITERATIONS = 200
+_MAXITER = -2  # scipy's status where the iterations ran out (-1: no sign change)
 
 
 def find_critical(evaluate, bracket, target, xtol, n):
@@ -21,7 +22,9 @@ def find_critical(evaluate, bracket, target, xtol, n):
 
     evaluate(x, index) -> (values, status) solves the points `index` (into the n
     problems) at axis values x. Returns (roots, status): NaN and NO_ROOT where
-    the bracket holds no sign change, the failing status where a solve failed.
+    the bracket holds no sign change, NOT_CONVERGED where the bracket did not
+    shrink to xtol within MAX_ITERATIONS, the failing status where a solve failed.
+    A root is SUCCESS only where its bracket reached xtol.
     """
     failures = np.full(n, Status.SUCCESS, np.int8)
 
@@ -41,7 +44,8 @@ def find_critical(evaluate, bracket, target, xtol, n):
         tolerances=dict(xatol=xtol, xrtol=0.0, fatol=0.0, frtol=0.0),
         maxiter=MAX_ITERATIONS,
     )
-    status = np.where(res.success, Status.SUCCESS, Status.NO_ROOT).astype(np.int8)
+    status = np.select([res.success, res.status == _MAXITER], [Status.SUCCESS, Status.NOT_CONVERGED],
+                       Status.NO_ROOT).astype(np.int8)
     status = np.where(failures != Status.SUCCESS, failures, status)
     roots = np.where(status == Status.SUCCESS, res.x, np.nan)
     return roots, status
