@@ -109,23 +109,25 @@ def pending_tasks(sweep: Sweep, path) -> list[tuple[str, int, int]]:
 # 8,192, 2 cores, 8 alternating runs, best / median points/s): 2 threads
 # 463k / 431k, 4 threads 527k / 492k, 6 threads 521k / 511k.
 THREADS_PER_CORE = 2
-# On an accelerator every call shares the one device and its memory (a call plans
-# on 1/DEVICE_SHARE of it): two threads keep it busy while either does host work.
+# On an accelerator the calls of a device share it and its memory (a call plans on
+# 1/DEVICE_SHARE of it): two threads a device keep it busy while either does host work.
 ACCELERATOR_THREADS = 2
 
 
 def default_workers(executor: str, sweep: Sweep | None = None) -> int:
-    """Inline: THREADS_PER_CORE threads per core (ACCELERATOR_THREADS on an
-    accelerator), or one per core where `sweep`'s shards would not fit in memory
-    that many at a time. Local cluster: one worker process, which runs a shard per
-    core on threads. A compiled call releases the GIL, so threads of one process
-    keep the cores busy and share one compiled program (and one device); each
-    further process starts, imports and loads the program again. Measured on 2
-    cores, 300k-point pingpong sweep: one process with 1 thread 26k points/s, with
-    2 threads 42k points/s."""
+    """Inline: THREADS_PER_CORE threads per core (ACCELERATOR_THREADS per
+    accelerator device), or one per core where `sweep`'s shards would not fit in
+    memory that many at a time; at least one per device. Local cluster: one worker
+    process per device, which runs a shard per core on threads. A compiled call
+    releases the GIL, so threads of one process keep the cores busy and share one
+    compiled program; each further process starts, imports and loads the program
+    again. Measured on 2 cores, 300k-point pingpong sweep: one process with 1
+    thread 26k points/s, with 2 threads 42k points/s."""
+    if executor not in ("inline", "local"):
+        return 1
     device = detect_device()
-    if executor != "inline":
-        return device.count if executor == "local" else 1  # local: one worker process per device
+    if executor == "local":
+        return device.count
     if device.accelerator:
         return ACCELERATOR_THREADS * device.count
     threads = THREADS_PER_CORE * device.cores

@@ -187,7 +187,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--workers",
         type=int,
-        help="local: worker processes (default 1, a shard per core on threads); inline: threads (default: cores)",
+        help="local: worker processes (default: one per device, a shard per core on threads); inline: threads "
+             "(default: two per core or per GPU, spread over the devices)",
     )
     p.add_argument("--scheduler", help="address of an existing dask scheduler, e.g. tcp://host:8786")
     p.add_argument("--connect-timeout", type=float, metavar="S",
@@ -223,7 +224,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("path")
     p.set_defaults(fn=_status)
 
-    p = sub.add_parser("verify", help="check a cube against its markers and attributes")
+    p = sub.add_parser("verify", help="check a cube against its markers and attributes (exit 0 sound, 1 damaged, "
+                       "3 partial)")
     p.add_argument("path")
     p.set_defaults(fn=_verify)
 
