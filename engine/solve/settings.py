@@ -19,7 +19,7 @@ DTYPES = ("float64", "float32")
 
 # What a dtype can resolve. A relative tolerance within a few rounding errors of
 # the state cannot be met: the step-size controller then shrinks the steps until
-# rounding dominates the error estimate (float32, rtol 1e-10: a median of 4,409
+# rounding dominates the error estimate (float32, rtol 1e-10: a median of 4,359
 # steps a point on the rolling ball, where float64 takes 32), and the result is
 # no better. At RTOL_FLOOR epsilons, float32 took 1.4x float64's median steps at
 # the same tolerances (11 and 8; rtol 1e-6, atol 1e-12: 25 and 14).
