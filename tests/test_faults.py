@@ -84,14 +84,24 @@ def test_a_second_run_on_the_same_store_is_refused(small_sweep, tmp_path):
 
     path = small_sweep(axes='spin_ratio = { linspace = [0.0, 3.0, 801] }', shard_size=1)
     sweep = load_sweep(path)
-    cmd = [sys.executable, "-m", "engine.cli", "run", str(path), "--quiet"]
-    # One shard at a time (~15 s): still running when the second process is up.
-    first = subprocess.Popen(cmd + ["--workers", "1"])
+    args = ["run", str(path), "--quiet"]
+    # The second process is started first and waits, its imports done, so that
+    # it asks for the store within milliseconds of the first run's first shard
+    # (a run of 801 one-point shards may end before a fresh process is up).
+    waiting = (
+        "import sys, engine.cli, engine._execute, engine._cube; engine.load_study('pingpong'); "
+        "print('ready', flush=True); sys.stdin.readline(); "
+        f"sys.exit(engine.cli.main({args!r}))"
+    )
+    second = subprocess.Popen([sys.executable, "-c", waiting], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    assert second.stdout.readline().strip() == "ready"
+    first = subprocess.Popen([sys.executable, "-m", "engine.cli", *args, "--workers", "1"])
     deadline = time.time() + 120
     while not done_shards(sweep.out, "grid") and time.time() < deadline:
-        time.sleep(0.05)
-    second = subprocess.run(cmd, capture_output=True, text=True)
-    assert second.returncode == 2 and "in use by another rollsweep run (pid" in second.stderr, second.stderr
+        time.sleep(0.01)
+    _, stderr = second.communicate("go\n", timeout=120)
+    assert second.returncode == 2 and "in use by another rollsweep run (pid" in stderr, stderr
     assert first.wait(timeout=300) == 0
     reference = load_sweep(path, out=str(tmp_path / "reference.zarr"))
     run(reference, progress=False)
