@@ -172,8 +172,8 @@ def main():
         rows.append((name, count / seconds, *errors(got, ref, idx)))
 
     from engine import SolverSettings
-    from engine._cost import DEFAULT_BATCH
     from engine.solve import evaluate
+    from engine.solve.plan import make_plan
     from studies.rebound import REGIME
 
     # ---- the engine end to end: the config's run settings (the engine picks the
@@ -196,10 +196,11 @@ def main():
     selected = in_study_order(REGIME, OUTPUTS)  # as the sweep file selects them
     settings = SolverSettings()
     curve = []
-    for batch in (DEFAULT_BATCH, 1024, 4096, SHARD_SIZE, 65536):
+    default_batch = make_plan(REGIME, points=n).batch  # what a run of this sweep uses
+    for batch in sorted({256, 1024, 4096, SHARD_SIZE, 65536, default_batch}):
         result, seconds = best_of(lambda b=batch: evaluate(REGIME, settings, columns, b, outputs=selected))
         curve.append((batch, n / seconds))
-        if batch in (DEFAULT_BATCH, SHARD_SIZE):
+        if batch in (default_batch, SHARD_SIZE):
             record(f"engine: compiled calls only (batch {batch}, one call at a time)", seconds, n, result.outputs)
 
     # ---- the baselines
