@@ -34,8 +34,7 @@ def computed_once(*values):
     value that is zero without the compiler knowing it (optimization_barrier
     is removed by XLA:CPU before fusion).
     """
-    first = values[0]
-    start = (first > jnp.inf).astype(jnp.int32)  # 0 for every value, NaN included
+    start = jnp.any(jnp.asarray(values[0]) > jnp.inf).astype(jnp.int32)  # 0 for every value, NaN included
     _, *kept = jax.lax.while_loop(lambda state: state[0] < 1, lambda state: (state[0] + 1, *values),
                                   (start, *(jnp.zeros_like(v) for v in values)))
     return tuple(kept)
