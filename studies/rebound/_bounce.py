@@ -29,7 +29,7 @@ def computed_once(*values):
 
     XLA:CPU fuses an elementwise result into every loop that reads it and
     computes it again there: the regime map's sine was computed six times a
-    point, its sliding test (an arctan2) five. The result of a while loop is
+    point, its cosine five. The result of a while loop is
     kept in memory instead; this one runs once, but its trip count starts from a
     value that is zero without the compiler knowing it (optimization_barrier
     is removed by XLA:CPU before fusion).
@@ -67,7 +67,7 @@ def table_bounce_components(v, w, e, mu, r, model, learned):
     """`table_bounce` on components: ((vx, vy, vz), (wx, wy, wz), sliding)."""
     ux, uy = _slip(v, w, r)
     speed = _hypot(ux, uy)
-    (sliding,) = computed_once(jnp.arctan2(speed, jnp.abs(v[2])) >= critical_angle(e, mu))
+    sliding = jnp.arctan2(speed, jnp.abs(v[2])) >= critical_angle(e, mu)
     # The tangential impulse per unit mass is J = -scale u: sliding, friction
     # mu (1 + e) m |vz| against the slip for the whole impact; below the critical
     # angle none (physical) or -(2/5) m u, leaving zero contact slip (classical).
