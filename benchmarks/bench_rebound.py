@@ -25,6 +25,7 @@ Run: python benchmarks/bench_rebound.py [--spin-points N --angle-points N]
 """
 
 import argparse
+import concurrent.futures
 import math
 import time
 
@@ -172,18 +173,23 @@ def main():
         rows.append((name, count / seconds, *errors(got, ref, idx)))
 
     from engine import SolverSettings
-    from engine._cost import DEFAULT_BATCH
     from engine.solve import evaluate
+    from engine.solve.device import detect
+    from engine.solve.plan import make_plan
     from studies.rebound import REGIME
 
     # ---- the engine end to end: the config's run settings (the engine picks the
-    # batch: 256 points a call), then one compiled call per shard
+    # batch: the study's, 4,096 points a call), then one compiled call per shard,
+    # then the default batch with one shard thread per core rather than two
+    cores = detect().cores
     e2e = []
-    for label, run_table in (("config's shard_size, default batch", {"shard_size": SHARD_SIZE}),
-                             ("one batch per shard", {"shard_size": SHARD_SIZE, "batch_size": SHARD_SIZE})):
+    for label, run_table, workers in (
+            ("config's shard_size, default batch", {"shard_size": SHARD_SIZE}, None),
+            ("one batch per shard", {"shard_size": SHARD_SIZE, "batch_size": SHARD_SIZE}, None),
+            (f"config's shard_size, default batch, {cores} shard threads", {"shard_size": SHARD_SIZE}, cores)):
         cube, seconds, report = engine_end_to_end(
             lambda out, run_table=run_table: sweep_text("rebound_regime", axes, outputs=OUTPUTS, out=out,
-                                                        run=run_table), OUTPUTS)
+                                                        run=run_table), OUTPUTS, workers=workers)
         name = f"engine: rollsweep run, inline ({label})"
         record(name, seconds, n, cube)
         e2e.append(name)
@@ -196,11 +202,26 @@ def main():
     selected = in_study_order(REGIME, OUTPUTS)  # as the sweep file selects them
     settings = SolverSettings()
     curve = []
-    for batch in (DEFAULT_BATCH, 1024, 4096, SHARD_SIZE, 65536):
+    default_batch = make_plan(REGIME, points=n).batch  # what a run of this sweep uses
+    for batch in sorted({256, 1024, 4096, SHARD_SIZE, 65536, default_batch}):
         result, seconds = best_of(lambda b=batch: evaluate(REGIME, settings, columns, b, outputs=selected))
         curve.append((batch, n / seconds))
-        if batch in (DEFAULT_BATCH, SHARD_SIZE):
+        if batch in (default_batch, SHARD_SIZE):
             record(f"engine: compiled calls only (batch {batch}, one call at a time)", seconds, n, result.outputs)
+
+    # The compiled calls on every core: a thread per core, each solving its part
+    # of the points (what the inline executor's shard threads do).
+    bounds = np.linspace(0, n, cores + 1).astype(int)
+    parts = [{k: v[a:b] for k, v in columns.items()} for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    def threaded():
+        with concurrent.futures.ThreadPoolExecutor(cores) as pool:
+            results = list(pool.map(lambda part: evaluate(REGIME, settings, part, default_batch, outputs=selected),
+                                    parts))
+        return {k: np.concatenate([r.outputs[k] for r in results]) for k in selected}
+
+    out, seconds = best_of(threaded)
+    record(f"engine: compiled calls only (batch {default_batch}, {cores} threads)", seconds, n, out)
 
     # ---- the baselines
     sub = np.linspace(0, n - 1, min(args.loop_points, n)).astype(int)

@@ -26,6 +26,7 @@ import numpy as np
 import xarray as xr
 import zarr
 import zarr.api.asynchronous
+import zarr.codecs
 
 from ._aio import sync
 from ._config import Sweep, check_out
@@ -143,10 +144,21 @@ def structure(sweep: Sweep) -> tuple[xr.Dataset, dict]:
     return ds, chunks
 
 
+def compressor():
+    """Blosc (lz4, level 1) after a byte shuffle, for every variable. A float64
+    output compresses poorly byte by byte; shuffled, its exponent and high
+    mantissa bytes lie side by side and do. Measured on the regime map (three
+    float64 outputs, 2^20-point chunks, CPU time to write them): zarr's default
+    (zstd alone) 50 ms to 0.66 of their size, this 18 ms to 0.54, blosc's zstd
+    (level 1) 43 ms to 0.53, uncompressed 13 ms."""
+    return zarr.codecs.BloscCodec(cname="lz4", clevel=1, shuffle="shuffle")
+
+
 def _encoding(ds: xr.Dataset, chunks: dict) -> dict:
-    """Each variable's zarr chunks (a shard's region), and for integer variables
-    0 (= PENDING / nothing counted) as their fill value rather than masked floats."""
-    encoding = {k: {"chunks": c} for k, c in chunks.items()}
+    """Each variable's zarr chunks (a shard's region) and compressor, and for
+    integer variables 0 (= PENDING / nothing counted) as their fill value rather
+    than masked floats."""
+    encoding = {k: {"chunks": c, "compressors": (compressor(),)} for k, c in chunks.items()}
     for k, v in ds.data_vars.items():
         if v.dtype.kind == "i":
             encoding[k]["_FillValue"] = None
@@ -380,7 +392,7 @@ def digest(values: np.ndarray) -> str:
     values = np.ascontiguousarray(values)
     if values.dtype.kind == "f" and np.isnan(values).any():
         values = np.where(np.isnan(values), np.nan, values).astype(values.dtype)
-    return f"{zlib.crc32(values.tobytes()):08x}"
+    return f"{zlib.crc32(memoryview(values).cast('B')):08x}"  # the bytes in place, not a copy
 
 
 # What each thread last wrote (store, digests), for the done marker it writes next:
@@ -395,21 +407,21 @@ def write_region(path, region: tuple[slice, ...], values: dict) -> None:
     All arrays at once on zarr's event loop: written one after another, each
     write waits for its own round trip (1.8 ms per array on a 2-core machine,
     most of a cheap study's shard time)."""
-    digests = {}
+    _WRITTEN.last = None
+    with _quiet_zarr():
+        arrays = sync(_opened_arrays(path, list(values)))
+    values = {name: np.asarray(array, dtype=arrays[name].dtype) for name, array in values.items()}  # as read back
+    # Checksums here, on the shard's thread: on the loop's thread, every shard's
+    # waited in one queue.
+    digests = {name: digest(array) for name, array in values.items()}
+
+    async def write(name, array):
+        target = arrays[name]
+        await target.setitem(region + (slice(None),) * (target.ndim - len(region)), array)
 
     async def write_all():
-        arrays = await _opened_arrays(path, list(values))
-
-        async def write(name, array):
-            target = arrays[name]
-            extra = (slice(None),) * (target.ndim - len(region))
-            array = np.asarray(array, dtype=target.dtype)  # as a reader will get it
-            digests[name] = digest(array)
-            await target.setitem(region + extra, array)
-
         await asyncio.gather(*(write(name, array) for name, array in values.items()))
 
-    _WRITTEN.last = None
     with _quiet_zarr():
         sync(write_all())
     _WRITTEN.last = (str(pathlib.Path(path).resolve()), digests)

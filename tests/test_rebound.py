@@ -220,6 +220,19 @@ def test_regime_axes_are_exact_near_rolling_contact():
         for a in alpha:
             sin, cos = _decimal_sin_cos(a)
             exact.append(-Decimal(3.8) * cos * ((1 - Decimal(s) ** 2 * cos**2).sqrt() - Decimal(s) * sin))
-        np.testing.assert_allclose(np.asarray(v)[:, 2], np.array(exact, dtype=float), rtol=1e-13)
+        np.testing.assert_allclose(np.asarray(v[2]), np.array(exact, dtype=float), rtol=1e-13)
     v, w, exists = jax.vmap(lambda a: _incoming(3.8, a, 1.0, 0.02))(jnp.asarray(alpha))
-    assert not np.any(exists) and np.all(np.asarray(v)[:, 2] == 0.0)
+    assert not np.any(exists) and np.all(np.asarray(v[2]) == 0.0)
+
+
+def test_values_computed_once_are_passed_through_unchanged():
+    """computed_once keeps a value in memory through a one-trip loop: NaN,
+    infinities and signed zeros come out as they went in, batched or not."""
+    from studies.rebound._bounce import computed_once
+
+    x = jnp.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.5, -2.5e-300])
+    once = jax.jit(lambda a: computed_once(a, a > 0))
+    for got in (once(x), jax.vmap(once)(x)):
+        np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(x))
+        assert np.array_equal(np.signbit(np.asarray(got[0])), np.signbit(np.asarray(x)))
+        np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(x) > 0)

@@ -7,13 +7,14 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 
 import numpy as np
 import pytest
 
 from engine import Status
 from engine._config import load_sweep
-from engine._cube import StoreError, done_shards, open_cube
+from engine._cube import StoreError, digest, done_shards, open_cube
 from engine._execute import default_workers, run
 
 from conftest import cubes_identical
@@ -241,3 +242,18 @@ def test_leftovers_of_an_interrupted_creation_are_removed(small_sweep, tmp_path)
     run(load_sweep(small_sweep()), progress=False)
     assert not leftover.exists() and not (tmp_path / ".cube.zarr.tmp-4567cdef-old").exists()
     assert unrelated.exists()
+
+
+def test_checksum_reads_values_as_a_reader_gets_them():
+    """digest: the CRC32 of the values' bytes in C order, with every NaN as the
+    canonical NaN (a chunk of fill values reads back so), for any memory layout."""
+    values = np.arange(24, dtype=float).reshape(4, 6)
+    values[1, 2] = np.float64(np.frombuffer(np.uint64(0x7FF8000000000123).tobytes(), np.float64)[0])  # a NaN payload
+    canonical = np.where(np.isnan(values), np.nan, values)
+    assert digest(values) == f"{zlib.crc32(canonical.tobytes()):08x}"
+    assert digest(values.T) == f"{zlib.crc32(canonical.T.copy().tobytes()):08x}"  # Fortran order
+    assert digest(values[:, ::2]) == f"{zlib.crc32(canonical[:, ::2].copy().tobytes()):08x}"  # strided
+    assert digest(np.array(2.5)) == f"{zlib.crc32(np.array(2.5).tobytes()):08x}"  # 0-d
+    status = np.array([[1, 0, 3]], dtype=np.int8)
+    assert digest(status) == f"{zlib.crc32(status.tobytes()):08x}"
+    assert digest(values) != digest(values + 1)
