@@ -186,8 +186,12 @@ def _canonical_pair(z):
     a = jnp.select([conjugate_pair, real_pair], [mean, a.real + 0j], a)
     b = jnp.select([conjugate_pair, real_pair], [jnp.conj(mean), b.real + 0j], b)
     # Capsize and caster: as computed, less any imaginary rounding residue a real
-    # root may keep.
-    others = z[2:]
-    eps = jnp.finfo(others.real.dtype).eps
-    others = jnp.where(jnp.abs(others.imag) <= 8 * eps * jnp.abs(others), others.real + 0j, others)
-    return jnp.stack([a, b, others[0], others[1]])
+    # root may keep; if they form a conjugate pair, capsize takes +imag (which of
+    # two roots that merged takes which label is a convention).
+    c, d = z[2], z[3]
+    eps = jnp.finfo(c.real.dtype).eps
+    c = jnp.where(jnp.abs(c.imag) <= 8 * eps * jnp.abs(c), c.real + 0j, c)
+    d = jnp.where(jnp.abs(d.imag) <= 8 * eps * jnp.abs(d), d.real + 0j, d)
+    pair = (c.imag != 0) & (jnp.abs(c - jnp.conj(d)) <= 1e-6 * (1.0 + jnp.abs(c) + jnp.abs(d)))
+    c, d = jnp.where(pair & (d.imag > c.imag), d, c), jnp.where(pair & (d.imag > c.imag), c, d)
+    return jnp.stack([a, b, c, d])
