@@ -234,7 +234,8 @@ def main():
     rates = {name: rate for name, rate, *_ in rows}
     for name in ("jax.jit(jax.vmap(jnp.linalg.eigvals))", numba_name):
         if name in rates:
-            print(f"engine rollsweep run / {name}: {rates[end_to_end] / rates[name]:.3g}x (same run, {points:,} speeds)")
+            ratio = rates[end_to_end] / rates[name]
+            print(f"engine rollsweep run / {name}: {ratio:.3g}x (same run, {points:,} speeds)")
     print("errors, 1/s, eigenvalues matched as sets: 'Table 2' at v = 0, 1, ..., 10 (Meijaard et al. 2007),"
           " 'numpy' at every speed against numpy's batched eigvals ('-': the method ran a subsample).")
 
