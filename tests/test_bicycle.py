@@ -176,3 +176,25 @@ def test_labelled_branches_are_continuous_in_speed():
         d = np.abs(z[1:, None, :] - z[:-1][:, PERMUTATIONS])
         matched = np.min(np.max(d, axis=2), axis=1)
         assert np.all(step <= 3 * matched + 1e-9), (i, np.max(step / (matched + 1e-12)))
+
+
+def test_characteristic_speeds_are_where_their_roots_are_on_random_designs():
+    """At vw the quartic has the roots +-i w; at vd a double real root s (each
+    found without the eigenvalue solver: closed form and a discriminant search)."""
+    n = 60
+    designs = random_designs(400, seed=2, spread=0.4)
+    found = {"weave": 0, "double": 0}
+    for i in range(n):
+        p = jnp_params({k: designs[k][i] for k in DESIGN_NAMES})
+        matrices = canonical_matrices(p)
+        vw, w = (float(x) for x in weave_speed(matrices, BENCHMARK["g"], 20.0))
+        vd, s = (float(x) for x in double_root_speed(matrices, BENCHMARK["g"], 20.0))
+        if np.isfinite(vw):
+            found["weave"] += 1
+            roots = np.roots(np.asarray(characteristic_coefficients(p, vw))[::-1])
+            assert np.min(np.abs(roots - 1j * w)) < 1e-7 * (1 + w), (i, vw, roots)
+        if np.isfinite(vd):
+            found["double"] += 1
+            roots = np.roots(np.asarray(characteristic_coefficients(p, vd))[::-1])
+            assert np.sort(np.abs(roots - s))[1] < 1e-6 * (1 + abs(s)), (i, vd, roots)
+    assert found["weave"] > n // 2 and found["double"] > n // 2

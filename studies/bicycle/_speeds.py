@@ -3,8 +3,9 @@ coefficients as polynomials in u = v^2 (`_polynomials`):
 
 - capsize speed vc: a real root crosses zero, a0 = k00 + k02 u = 0: closed form.
 - weave speed vw: the weave pair crosses the imaginary axis, where the
-  Routh-Hurwitz determinant H = a3 a2 a1 - a3^2 a0 - a4 a1^2 turns positive.
-  H = u (A u^2 + B u + C): closed form, the quadratic's upward root.
+  Routh-Hurwitz determinant H = a3 a2 a1 - a3^2 a0 - a4 a1^2 turns positive
+  with a1/a3 > 0. H = u (A u^2 + B u + C): closed form, the quadratic's
+  upward root.
 - double-root speed vd: two real roots merge into the weave pair, where the
   quartic's discriminant (a sextic in u) turns negative: its first sign change
   on a speed grid brackets the root, bisection narrows it, and Newton on
@@ -16,11 +17,11 @@ NaN where there is no such speed in (0, max_speed].
 import jax.numpy as jnp
 
 from ._polynomials import polyval, speed_polynomials
-from ._quartic import closed_form_roots, closest_pair_midpoint, first_true, horner
+from ._quartic import closed_form_roots, closest_pair_midpoint, horner
 
-GRID = 256  # bracketing resolution of the discriminant's first sign change over (0, max_speed]
-BISECTIONS = 40  # a bracket of max_speed/256 down to ~1e-14 relative
-NEWTON = 3
+GRID = 128  # bracketing resolution of the discriminant's first sign change over (0, max_speed]
+BISECTIONS = 20  # a bracket of max_speed/128 down to ~4e-9 of max_speed: Newton's start
+NEWTON = 4  # quadratic from there (the fold p = p' = 0 is a regular root in (v, s))
 
 
 def _in_range(v, max_speed):
@@ -45,21 +46,27 @@ def weave_speed(matrices, g, max_speed):
     u = jnp.where(B < 0, (-B + root) / (2 * A), 2 * C / (-B - root))
     v = jnp.sqrt(jnp.where((disc > 0) & (u > 0), u, jnp.nan))
     a = poly.coefficients(v)
-    w = jnp.sqrt(a[1] / a[3])  # on the Hurwitz boundary p(i w) = 0 with w^2 = a1/a3
-    ok = _in_range(v, max_speed)
+    # On H = 0 two roots sum to zero: +-i w with w^2 = a1/a3 > 0, or, if a1/a3 < 0,
+    # two real roots +-x: no weave crossing.
+    w2 = a[1] / a[3]
+    w = jnp.sqrt(jnp.where(w2 > 0, w2, jnp.nan))
+    ok = _in_range(v, max_speed) & (w2 > 0)
     return jnp.where(ok, v, jnp.nan), jnp.where(ok, w, jnp.nan)
 
 
 def _first_downward_crossing(f, max_speed):
     """Bracket and bisect the first change of f(v) from positive to not on (0, max_speed]."""
-    # Each cell's ends as two arrays: slicing one array of nodes into neighbours
-    # (x[1:] vs x[:-1]) compiles to a slow loop on a CPU.
-    speeds_lo = max_speed * jnp.arange(1, GRID) / GRID
-    speeds_hi = max_speed * jnp.arange(2, GRID + 1) / GRID
-    change = (f(speeds_lo) > 0) & ~(f(speeds_hi) > 0)
-    found = jnp.any(change)
-    first = first_true(change)
-    lo, hi = jnp.sum(jnp.where(first, speeds_lo, 0.0)), jnp.sum(jnp.where(first, speeds_hi, 0.0))
+    nodes = jnp.arange(1, GRID + 1)
+    speeds = max_speed * nodes / GRID
+    positive = f(speeds) > 0
+    # The first non-positive node after the first positive one: found by reductions
+    # over the nodes, not by comparing the grid with itself shifted (which compiles
+    # to a slow loop on a CPU).
+    first_positive = jnp.argmax(positive)
+    after = ~positive & (nodes > nodes[0] + first_positive)
+    found = jnp.any(positive) & jnp.any(after)
+    hi = max_speed * (jnp.argmax(after) + 1) / GRID
+    lo = hi - max_speed / GRID
     for _ in range(BISECTIONS):  # unrolled: a loop on the device costs more than its body
         mid = (lo + hi) / 2
         below = f(mid) > 0  # mid is on the lower side of the crossing
