@@ -4,17 +4,21 @@ The main sweep of the bicycle study (configs/bicycle_eigen_speed.toml): the
 four eigenvalues of the benchmark bicycle of Meijaard, Papadopoulos, Ruina,
 Schwab (2007) over forward speed v = 0..10 m/s, outputs eigenvalue_real and
 eigenvalue_imag only. The study finds them as roots of the characteristic
-quartic det(M s^2 + v C1 s + g K0 + v^2 K2) and tracks each mode (weave pair,
-capsize, caster) by continuation in speed from v = 0 (128 root solves per
-point), so its labels follow the eigenvalue branches; the baselines return the
-eigenvalues of the state matrix A(v) = [[0, I], [-M^-1 (g K0 + v^2 K2),
--v M^-1 C1]] in LAPACK's order, unlabelled.
+quartic det(M s^2 + v C1 s + g K0 + v^2 K2) (closed form, polished) and labels
+each mode (weave pair, capsize, caster) by the collisions of the eigenvalue
+branches below |v| (the discriminant's sign changes), so its labels follow the
+branches; the baselines return the eigenvalues of the state matrix
+A(v) = [[0, I], [-M^-1 (g K0 + v^2 K2), -v M^-1 C1]] in LAPACK's order,
+unlabelled.
 
 Methods: the engine end to end (`rollsweep run`, inline executor, into a
 temporary zarr store); the engine's compiled calls alone
 (engine.solve.evaluate); a Python loop of numpy.linalg.eigvals per speed;
 numpy's batched eigvals on an (n, 4, 4) stack; jax.jit(jax.vmap(eigvals))
 (LAPACK: CPU only); numba (njit, parallel prange, np.linalg.eigvals per speed).
+Then a (design, speed) grid: trail c x speed v, `rollsweep run` end to end and
+the compiled calls alone (every point's design is its own: nothing per design
+is shared between points).
 
 Errors: against Table 2 of the paper (v = 0 and 1..10 m/s, tests/bicycle_reference.py;
 the speeds 0..10 lie on the default grid), comparing the four eigenvalues as
@@ -140,14 +144,16 @@ def numba_eigvals(matrices, g):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--points", type=int, default=20_001,
+    parser.add_argument("--points", type=int, default=100_001,
                         help="speeds in 0..10 m/s (config: 10,001; rounded up to 10 k + 1 so 0, 1, ..., 10 are on it)")
+    parser.add_argument("--grid", type=int, nargs=2, default=(100, 10_001), metavar=("TRAILS", "SPEEDS"),
+                        help="the (design, speed) grid: trail values x speeds")
     parser.add_argument("--loop-points", type=int, default=20_001, help="speeds of the Python loop (a subsample)")
     parser.add_argument("--shard-size", type=int, default=SHARD_SIZE)
     parser.add_argument("--quick", action="store_true", help="a small grid, for a smoke test")
     args = parser.parse_args()
     if args.quick:
-        args.points, args.loop_points = 2_001, 2_001
+        args.points, args.loop_points, args.grid = 2_001, 2_001, (10, 201)
     points = 10 * -(-(args.points - 1) // 10) + 1
     v = np.linspace(0.0, 10.0, points)  # as the engine builds the axis
     table_speeds, table_sets = table2_sets()
@@ -166,7 +172,7 @@ def main():
         rows.append((name, idx.size / seconds, table, set_error(eig, exact[idx])))
 
     from engine import SolverSettings, parse_sweep
-    from engine._cost import batch_size
+    from engine._cost import plan_for
     from engine.solve import evaluate
     from studies.bicycle import STUDY
 
@@ -184,7 +190,7 @@ def main():
     columns = {k: np.full(points, x) for k, x in STUDY.defaults.items()} | {"v": v}
     selected = in_study_order(STUDY, OUTPUTS)  # as the sweep file selects them
     settings = SolverSettings()
-    batch = batch_size(parse_sweep(text(points)("unused.zarr")))
+    batch = plan_for(parse_sweep(text(points)("unused.zarr"))).batch
     # (compiled by the run above, in this process: no warm-up call)
     result, seconds = best_of(lambda: evaluate(STUDY, settings, columns, batch, outputs=selected), repeat=2,
                               warmup=False)
@@ -215,14 +221,21 @@ def main():
             print(f"jax.jit(jax.vmap(eigvals)) skipped: {type(err).__name__}: {err}")
 
     numba_fn = numba_eigvals(matrices, g)
+    numba_name = None
     if numba_fn is None:
         print("numba not installed: pip install numba (its baseline is skipped)")
     else:
         eig, seconds = best_of(lambda: numba_fn(v))
-        record(f"numba njit, parallel prange, eigvals per speed ({numba.get_num_threads()} threads)", seconds, eig)
+        numba_name = f"numba njit, parallel prange, eigvals per speed ({numba.get_num_threads()} threads)"
+        record(numba_name, seconds, eig)
 
     print_table(f"bicycle eigenvalues against speed, {points:,} speeds in 0..10 m/s, float64; {machine()}", rows,
                 end_to_end, ("max |d eig| Table 2", "max |d eig| numpy"))
+    rates = {name: rate for name, rate, *_ in rows}
+    for name in ("jax.jit(jax.vmap(jnp.linalg.eigvals))", numba_name):
+        if name in rates:
+            ratio = rates[end_to_end] / rates[name]
+            print(f"engine rollsweep run / {name}: {ratio:.3g}x (same run, {points:,} speeds)")
     print("errors, 1/s, eigenvalues matched as sets: 'Table 2' at v = 0, 1, ..., 10 (Meijaard et al. 2007),"
           " 'numpy' at every speed against numpy's batched eigvals ('-': the method ran a subsample).")
 
@@ -238,6 +251,30 @@ def main():
     if report.failed_points:
         print(f"engine: {report.failed_points:,} points without a result")
     print(scaling_line(f"engine compiled calls by batch size, {few['v'].size:,} speeds", curve))
+    design_speed_grid(args, batch, selected, settings)
+
+
+def design_speed_grid(args, batch, selected, settings):
+    """Trail x speed: the engine end to end and its compiled calls, points/s."""
+    from engine.solve import evaluate
+    from studies.bicycle import STUDY
+
+    trails, speeds = args.grid
+    axes = {"c": {"linspace": [0.06, 0.10, trails]}, "v": {"linspace": [0.0, 10.0, speeds]}}
+
+    def text(c_count):
+        grid = axes | {"c": {"linspace": [0.06, 0.10, c_count]}}
+        return lambda out: sweep_text("bicycle", grid, outputs=OUTPUTS, out=out, run={"shard_size": args.shard_size})
+
+    points = trails * speeds
+    _, seconds, _ = engine_end_to_end(text(trails), OUTPUTS, repeat=1, warmup=text(max(1, trails // 10)))
+    end_to_end = points / seconds
+    c, v = np.meshgrid(np.linspace(0.06, 0.10, trails), np.linspace(0.0, 10.0, speeds), indexing="ij")
+    columns = {k: np.full(points, x) for k, x in STUDY.defaults.items()} | {"c": c.ravel(), "v": v.ravel()}
+    _, compiled = best_of(lambda: evaluate(STUDY, settings, columns, batch, outputs=selected), repeat=2,
+                          warmup=False)
+    print(f"(design, speed) grid, {trails:,} trails x {speeds:,} speeds = {points:,} points: engine rollsweep run "
+          f"{end_to_end:,.0f} points/s, compiled calls only (batch {batch}) {points / compiled:,.0f} points/s")
 
 
 if __name__ == "__main__":
