@@ -3,10 +3,11 @@ flight. The one place where the engine's choices depend on the device."""
 
 from .base import BatchSolver, Plan, whole_vectors
 from .device import Device, detect
+from .fused import FusedSolver
 from .lanes import LanesSolver
 from .vmapped import VmappedSolver
 
-SOLVERS: dict[str, BatchSolver] = {s.name: s for s in (VmappedSolver(), LanesSolver())}
+SOLVERS: dict[str, BatchSolver] = {s.name: s for s in (VmappedSolver(), LanesSolver(), FusedSolver())}
 
 
 def default_solver(study, device: Device) -> str:
