@@ -32,12 +32,14 @@ class Unfusable(ValueError):
     """A point function that cannot be evaluated on lanes (the reason says why)."""
 
 
-# Primitives applied element by element (all operands have the result's shape).
+# Primitives applied element by element (all operands have the result's shape);
+# those the kernel backend cannot lower make a study unfusable (see _check).
 _ELEMENTWISE = {
     getattr(lax, name + "_p")
     for name in (
-        "abs acos acosh add and asin asinh atan atan2 atanh cbrt ceil clamp convert_element_type cos cosh div eq "
-        "exp exp2 expm1 floor ge gt integer_pow is_finite le log log1p logistic lt max min mul ne neg nextafter "
+        "abs acos acosh add and asin asinh atan atan2 atanh cbrt ceil clamp convert_element_type cos cosh digamma "
+        "div eq erf erfc erf_inv exp exp2 expm1 floor ge gt integer_pow is_finite le lgamma log log1p logistic lt "
+        "max min mul ne neg nextafter round "
         "not or pow rem rsqrt select_n shift_left shift_right_arithmetic shift_right_logical sign sin sinh sqrt "
         "square sub tan tanh xor"
     ).split()
@@ -332,6 +334,27 @@ def _scatter(ins, avals, params, eqn):
     return _by_source(sources, operand, update)
 
 
+def _scatter_add(ins, avals, params, eqn):
+    """operand.at[indices].add(update), with constant indices: each update
+    element's destination is found by scattering it alone (as a one)."""
+    operand, indices, update = ins
+    indices = jnp.asarray(_constant_indices(indices, "a scatter"))
+    out = operand.copy().reshape(-1)
+    dtype = avals[0].dtype
+    for k in range(update.size):
+        with jax.ensure_compile_time_eval():
+            one = jnp.zeros(update.size, dtype).at[k].set(1).reshape(update.shape)
+            hits = np.asarray(lax.scatter_add_p.bind(jnp.zeros(operand.shape, dtype), indices, one, **params))
+        for position in np.flatnonzero(hits.reshape(-1)):
+            out[position] = _bind(lax.add_p, {}, [out[position], update.reshape(-1)[k]], [dtype, dtype],
+                                  _lanes_of([out[position], update.reshape(-1)[k]]))
+    return out.reshape(operand.shape)
+
+
+def _lanes_of(elems):
+    return next((e.shape[0] for e in elems if not is_constant(e)), 1)
+
+
 def _iota(ins, avals, params, eqn):
     shape, dimension, dtype = params["shape"], params["dimension"], params["dtype"]
     values = np.broadcast_to(
@@ -363,6 +386,7 @@ _STRUCTURAL = {
     lax.dynamic_update_slice_p: _dynamic_update_slice,
     lax.gather_p: _gather,
     lax.scatter_p: _scatter,
+    lax.scatter_add_p: _scatter_add,
     lax.iota_p: _iota,
     lax.copy_p: lambda ins, avals, params, eqn: ins[0],
     lax.stop_gradient_p: lambda ins, avals, params, eqn: ins[0],

@@ -292,7 +292,7 @@ class _Kernel:
     # ---- the kernel
 
     def __call__(self, active, *columns):
-        dtype, settings = self.dtype, self.settings
+        dtype = self.dtype
         lanes = active.shape[0]
         active = active != 0
         params = {name: from_list([c.astype(dtype)], ()) for name, c in zip(self.names, columns, strict=True)}
@@ -321,7 +321,8 @@ class _Kernel:
 
         final = jax.lax.while_loop(running, functools.partial(self.iteration, active, args, horizon), init)
         solution = HybridSolution(
-            t=from_list([final["t"]], ()), y=from_list(final["y"], (self.n_state,)), mode=from_list([final["mode"]], ()),
+            t=from_list([final["t"]], ()), y=from_list(final["y"], (self.n_state,)),
+            mode=from_list([final["mode"]], ()),
             status=from_list([final["status"]], ()), num_steps=from_list([final["steps"]], ()),
             num_events=from_list([final["events"]], ()), event_t=from_list(final["event_t"], (self.rows,)),
             event_y=from_list([v for row in final["event_y"] for v in row], (self.rows, self.n_state)),
@@ -423,9 +424,10 @@ class _Kernel:
         logged = [located & (k == r) for r in range(self.rows)]
 
         def state(regular, on, after, before):
-            return [jnp.where(moves, a, jnp.where(goes_on, b, c)) for a, b, c in zip(regular, on, before, strict=True)] \
-                if after is None else [
-                    jnp.where(moves, a, jnp.where(goes_on, b, jnp.where(located, c, d)))
+            """A state's components: after a regular step, going on after an
+            event, at an event that ends the solve (None: unchanged), or as before."""
+            after = before if after is None else after
+            return [jnp.where(moves, a, jnp.where(goes_on, b, jnp.where(located, c, d)))
                     for a, b, c, d in zip(regular, on, after, before, strict=True)]
 
         zero = jnp.zeros_like(t)
@@ -467,7 +469,8 @@ def _column_dtype(dtype):
     """The dtype a kernel writes an output of `dtype` as (small integers and
     booleans as int32, which every kernel backend stores)."""
     dtype = jnp.dtype(dtype)
-    return jnp.int32 if dtype == bool or (jnp.issubdtype(dtype, jnp.integer) and dtype.itemsize < 4) else dtype
+    small = dtype == jnp.dtype(bool) or (jnp.issubdtype(dtype, jnp.integer) and dtype.itemsize < 4)
+    return jnp.int32 if small else dtype
 
 
 def kernel_block(width: int) -> int:
