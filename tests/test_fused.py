@@ -232,16 +232,17 @@ CUDA_PLUGIN = importlib.util.find_spec("jax_cuda12_plugin") is not None
 
 @pytest.mark.skipif(not CUDA_PLUGIN, reason="the CUDA lowering needs jax-cuda12-plugin and jax-cuda12-pjrt "
                                             "(pip install --no-deps: see the gpucheck extra in pyproject.toml)")
-@pytest.mark.parametrize("study, selected", [
-    (PINGPONG, ("final_displacement", "slide_end_time", "stop_time", "reverses")),
-    (NATURAL, ("last_impact",)),
-    (BLOCK, ("position", "stop_time")),
-], ids=lambda x: getattr(x, "name", None))
-def test_kernel_lowers_for_cuda(study, selected):
-    """The whole batch function exported for CUDA: the kernel is a Triton custom
-    call in float64 (what Triton cannot lower fails here, not on the GPU)."""
+@pytest.mark.parametrize("study, selected, settings", [
+    (PINGPONG, ("final_displacement", "slide_end_time", "stop_time", "reverses"), SolverSettings()),
+    (PINGPONG, ("stop_time",), SolverSettings(solver="Dopri8", dtype="float32", rtol=1e-6, atol=1e-8)),
+    (NATURAL, ("last_impact",), SolverSettings()),
+    (BLOCK, ("position", "stop_time"), SolverSettings()),
+], ids=["pingpong", "pingpong-dopri8-float32", "ball", "block"])
+def test_kernel_lowers_for_cuda(study, selected, settings):
+    """The whole batch function exported for CUDA: the kernel is one Triton
+    custom call (what Triton cannot lower fails here, not on the GPU)."""
     plan = make_plan(study, GPU, solver="fused", batch=64)
-    fn = solver_of(plan).batch_function(study, SolverSettings(), selected, plan)
+    fn = solver_of(plan).batch_function(study, settings, selected, plan)
     params = {p.name: jax.ShapeDtypeStruct((64,), jnp.float64) for p in study.parameters}
     exported = jax.export.export(
         jax.jit(fn), platforms=["cuda"],
