@@ -230,8 +230,8 @@ def test_default_solver_is_fused_on_a_gpu_where_the_study_fuses():
 CUDA_PLUGIN = importlib.util.find_spec("jax_cuda12_plugin") is not None
 
 
-@pytest.mark.skipif(not CUDA_PLUGIN, reason="the CUDA lowering needs jax-cuda12-plugin and jax-cuda12-pjrt "
-                                            "(pip install --no-deps: see the gpucheck extra in pyproject.toml)")
+@pytest.mark.skipif(not CUDA_PLUGIN, reason="checking the CUDA lowering needs JAX's CUDA plug-in: "
+                                            "pip install 'rollsweep[gpucheck]' (no CUDA libraries, no GPU)")
 @pytest.mark.parametrize("study, selected, settings", [
     (PINGPONG, ("final_displacement", "slide_end_time", "stop_time", "reverses"), SolverSettings()),
     (PINGPONG, ("stop_time",), SolverSettings(solver="Dopri8", dtype="float32", rtol=1e-6, atol=1e-8)),

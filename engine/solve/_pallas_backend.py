@@ -42,7 +42,6 @@ def block_call(
     out_dtypes: Sequence,
     block: int,
     interpret: bool,
-    warps: int = 4,
 ) -> list[jax.Array]:
     """kernel(*input_blocks) -> output_blocks over blocks of `block` lanes.
 
@@ -62,7 +61,8 @@ def block_call(
         for ref, value in zip(outs, results, strict=True):
             ref[...] = value.astype(ref.dtype)
 
-    params = None if interpret else _compiler_params(warps)
+    # One thread a lane: a block of 32 lanes is one warp.
+    params = None if interpret else _compiler_params(warps=max(1, min(8, block // 32)))
     call = pl.pallas_call(
         body,
         out_shape=[jax.ShapeDtypeStruct((n,), dtype) for dtype in out_dtypes],
