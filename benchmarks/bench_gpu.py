@@ -117,7 +117,7 @@ def engine_rows():
             return evaluate(STUDY, settings, columns, plan=plan, outputs=["final_displacement"]).outputs[
                 "final_displacement"]
 
-        mode = " (interpret mode)" if name == "fused" and not device.accelerator else ""
+        mode = " (interpret mode)" if name == "fused" and device.platform != "gpu" else ""
         label = f"engine: {name}{mode} on {device.platform}" + (" (default)" if name == default else "")
         rows.append((label, run))
     return rows

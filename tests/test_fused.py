@@ -220,6 +220,7 @@ def test_default_solver_is_fused_on_a_gpu_where_the_study_fuses():
     assert default_solver(LOOP_BALL, GPU) == "vmapped"
     assert default_solver(HOOP, GPU) == "vmapped"
     assert default_solver(PINGPONG, Device()) == "lanes"
+    assert default_solver(PINGPONG, Device(platform="tpu")) == "vmapped"  # the kernel backend compiles for GPUs
     plan = make_plan(PINGPONG, GPU)
     assert plan.solver == "fused" and plan.width == 32
 

@@ -22,6 +22,12 @@ from jax.experimental import pallas as pl
 CUSTOM_CALL = "__gpu$xla.gpu.triton"
 
 
+def compiles_for(platform: str) -> bool:
+    """Whether kernels are compiled for this JAX platform (elsewhere they run
+    in interpret mode: correct, and as fast as plain XLA of the same arithmetic)."""
+    return platform == "gpu"
+
+
 def supports(primitive) -> bool:
     """Whether the GPU lowering has a rule for `primitive`."""
     from jax._src.pallas.triton.lowering import triton_lowering_rules

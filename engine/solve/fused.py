@@ -523,7 +523,7 @@ class FusedSolver(BatchSolver):
         names = [p.name for p in study.parameters]
         kernel = _Kernel(study.solve_point, settings, names, selected)
         block = kernel_block(plan.width)
-        interpret = not plan.device.accelerator
+        interpret = not backend.compiles_for(plan.device.platform)
 
         def run(params, count=None):
             safe, admitted = jax.vmap(lambda p: safe_params(study, dtype, p))(params)
