@@ -22,6 +22,12 @@ slowest lane, and a finished lane is masked. Each iteration every lane takes
 one Runge-Kutta step, either a regular adaptive step or, while it locates a
 crossing, a re-step from the step's start to the current Newton iterate: the
 step, the costly part, is shared; the decisions are masked selects.
+
+Against the lanes solver: the same rules and arithmetic, except that locating
+starts from the step that detected the crossing (the lanes take it again, with
+the same result) and the step-size factor is a `pow` (the lanes' bit-level
+root is an XLA:CPU work-around); the tests compare the two point for point,
+steps included.
 """
 
 import functools
