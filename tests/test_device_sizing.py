@@ -67,8 +67,8 @@ def test_accelerator_batches_fill_a_share_of_its_memory(on):
     share = GPU.memory // (DEVICE_SHARE * POINT_BYTES)
     assert cost.plan_for(sweep("bicycle", 10**6, 10**6)).batch == share
     assert cost.plan_for(sweep("bicycle", 10**6, 4096)).batch == share
-    # The rolling ball goes vmapped on an accelerator (lanes measured 140x slower there).
-    assert cost.plan_for(sweep("pingpong", 10**6, 10**6)).solver == "vmapped"
+    # The rolling ball goes fused on an accelerator (lanes measured 140x slower there).
+    assert cost.plan_for(sweep("pingpong", 10**6, 10**6)).solver == "fused"
     forced = make_plan(sweep("pingpong", 10, 10).study, GPU, solver="lanes")
     assert forced.width == forced.batch // 8  # no CPU cap on an accelerator
     # An explicit batch is kept.

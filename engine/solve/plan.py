@@ -3,20 +3,29 @@ flight. The one place where the engine's choices depend on the device."""
 
 from .base import BatchSolver, Plan, whole_vectors
 from .device import Device, detect
+from .fused import FusedSolver
 from .lanes import LanesSolver
 from .vmapped import VmappedSolver
 
-SOLVERS: dict[str, BatchSolver] = {s.name: s for s in (VmappedSolver(), LanesSolver())}
+SOLVERS: dict[str, BatchSolver] = {s.name: s for s in (VmappedSolver(), LanesSolver(), FusedSolver())}
 
 
 def default_solver(study, device: Device) -> str:
-    """Refilling lanes on CPU for a study that supports them; vmapped otherwise.
+    """On a GPU the fused kernel for a study it can fuse; on CPU refilling lanes
+    for a study that supports them; vmapped otherwise.
 
-    On an accelerator the vmapped solve wins: measured on one H100 (float64,
-    rolling ball, 1M points), lanes 11k points/s against vmapped 1.58M (the
-    lanes' flushes run as conditionals, each a round trip to the host).
+    On an accelerator the lanes lose: measured on one H100 (float64, rolling
+    ball, 1M points), lanes 11k points/s against vmapped 1.58M (the lanes'
+    flushes run as conditionals, each a round trip to the host). The fused
+    kernel keeps a point's whole solve on the device, with no such round trip
+    and no per-step traffic to memory (its speed against vmapped is not yet
+    measured on a GPU: benchmarks/bench_gpu.py). Why a study falls back to
+    vmapped: SOLVERS["fused"].unsupported(study).
     """
-    if not device.accelerator and SOLVERS["lanes"].unsupported(study) is None:
+    if device.accelerator:
+        fused = device.platform == "gpu" and SOLVERS["fused"].unsupported(study) is None
+        return "fused" if fused else "vmapped"
+    if SOLVERS["lanes"].unsupported(study) is None:
         return "lanes"
     return "vmapped"
 
