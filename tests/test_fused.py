@@ -10,6 +10,7 @@ solver, the fused one included.
 """
 
 import importlib.util
+import os
 
 import jax
 import jax.numpy as jnp
@@ -228,7 +229,10 @@ def test_default_solver_is_fused_on_a_gpu_where_the_study_fuses():
 # ---- the CUDA lowering, on a machine without a GPU
 
 
-CUDA_PLUGIN = importlib.util.find_spec("jax_cuda12_plugin") is not None
+# CI sets ROLLSWEEP_REQUIRE_GPUCHECK=1 where it installed the plug-in: there a
+# missing plug-in fails instead of skipping.
+CUDA_PLUGIN = importlib.util.find_spec("jax_cuda12_plugin") is not None or bool(
+    os.environ.get("ROLLSWEEP_REQUIRE_GPUCHECK"))
 
 
 @pytest.mark.skipif(not CUDA_PLUGIN, reason="checking the CUDA lowering needs JAX's CUDA plug-in: "
