@@ -44,10 +44,10 @@ def heun_step(X, at_X, q, energy0, h, series):
     """
     k1 = field(X, q, at_X)
     d_mid = tuple(h * k for k in k1)
-    X_mid = tuple(x + d for x, d in zip(X, d_mid))
+    X_mid = tuple(x + d for x, d in zip(X, d_mid, strict=True))
     k2 = field(X_mid, q, contact(X_mid, q, energy0, turned(at_X, d_mid[6]) if series else None))
-    dX = tuple(h / 2 * (a + b) for a, b in zip(k1, k2))
-    X_new = tuple(x + d for x, d in zip(X, dX))
+    dX = tuple(h / 2 * (a + b) for a, b in zip(k1, k2, strict=True))
+    X_new = tuple(x + d for x, d in zip(X, dX, strict=True))
     at_new = contact(X_new, q, energy0, turned(at_X, dX[6]) if series else None)
     return X_new, at_new, jnp.maximum(jnp.abs(d_mid[6]), jnp.abs(dX[6]))
 
@@ -91,15 +91,16 @@ def run_fixed(q):
         # from the step and x' at its ends, at the end of the run.
         turn = (X[3] > 0) & (X_new[3] <= 0)
         at_turn = (k, X[3], X_new[3])
+        first = turn & (c["right_turns"] == 0)
         steady = k > steady_from
         return dict(
             X=X_new, at=at_new, k=k,
-            steady_max=tuple(jnp.where(steady, jnp.maximum(m, f), m) for m, f in zip(c["steady_max"], a)),
+            steady_max=tuple(jnp.where(steady, jnp.maximum(m, f), m) for m, f in zip(c["steady_max"], a, strict=True)),
             energy_max=jnp.maximum(c["energy_max"], a[1]),
             x_min=jnp.minimum(c["x_min"], X_new[0]), x_max=jnp.maximum(c["x_max"], X_new[0]),
             right_turns=c["right_turns"] + turn,
-            first_turn=tuple(jnp.where(turn & (c["right_turns"] == 0), a, b) for a, b in zip(at_turn, c["first_turn"])),
-            last_turn=tuple(jnp.where(turn, a, b) for a, b in zip(at_turn, c["last_turn"])),
+            first_turn=tuple(jnp.where(first, a, b) for a, b in zip(at_turn, c["first_turn"], strict=True)),
+            last_turn=tuple(jnp.where(turn, a, b) for a, b in zip(at_turn, c["last_turn"], strict=True)),
             turn_max=jnp.maximum(c["turn_max"], turn_by),
         )
 
@@ -125,6 +126,7 @@ def run_fixed(q):
 
     history = jnp.full((HISTORY + 1, 4), jnp.nan, dtype).at[0].set(jnp.stack(at0.f))
     c, history = jax.lax.fori_loop(1, HISTORY + 1, segment, (carry0, history))
+
     def turn_time(k, xd_before, xd_after):  # linear interpolation of x' in step k
         return (k - 1) * h + h * xd_before / (xd_before - xd_after)
 
