@@ -266,7 +266,7 @@ def main():
     rows = []
 
     from engine import SolverSettings, parse_sweep
-    from engine._cost import batch_size
+    from engine._cost import plan_for
     from engine.solve import evaluate
     from studies.hoop import STUDY
 
@@ -286,7 +286,7 @@ def main():
 
     end_to_end = "engine: rollsweep run, inline"
     record(end_to_end, seconds, cube["period"], residual=cube["max_residual"])
-    batch = batch_size(parse_sweep(text(DURATION)("unused.zarr")))
+    batch = plan_for(parse_sweep(text(DURATION)("unused.zarr"))).batch
 
     # ---- the engine's compiled calls alone (compiled by the run above)
     columns = {k: np.full(n, x) for k, x in STUDY.defaults.items()} | {

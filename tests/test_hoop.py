@@ -143,3 +143,23 @@ def test_adaptive_solver_path_matches_quadrature():
     assert abs(out["period"] / period - 1) < 1e-7
     assert abs(out["turn_left_x"] / left - 1) < 1e-7 and abs(out["turn_right_x"] / right - 1) < 1e-7
     assert out["max_residual"] < 1e-8 and np.all(np.isnan(out["residual_history"]))
+
+
+def test_sin_cos_by_angle_addition_agree_with_sin_and_cos(monkeypatch):
+    """The fixed-step run carries sin and cos of alpha by angle addition within
+    each of its segments; with TURN_LIMIT below every increment, each segment
+    runs again with sin and cos themselves (the path a point takes when alpha
+    moves too far in a step). The two agree to rounding."""
+    import jax
+
+    from studies.hoop import _run
+
+    q = {k: jnp.asarray([v]) for k, v in (STUDY.defaults | dict(step=1e-4, duration=1.0, initial_error=1e-4)).items()}
+    series = jax.jit(jax.vmap(_run.run_fixed))(q)
+    monkeypatch.setattr(_run, "TURN_LIMIT", -1.0)
+    exact = jax.jit(jax.vmap(_run.run_fixed))(q)
+    assert not np.array_equal(series["X"], exact["X"])  # the two paths did run
+    np.testing.assert_allclose(series["X"], exact["X"], rtol=1e-12, atol=1e-14)
+    # Residuals are differences of O(1) terms: their rounding is ~1e-16 absolute either way.
+    np.testing.assert_allclose(series["history"], exact["history"], rtol=1e-9, atol=1e-13)
+    np.testing.assert_allclose(series["max_residual_f"], exact["max_residual_f"], rtol=1e-9, atol=1e-13)

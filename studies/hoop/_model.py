@@ -16,7 +16,17 @@ where the restatement has |grad h| (equal when alpha is the contact angle).
 With them, f2, f3 and f4 obey f' = -lam f exactly also off the manifold, so an
 initial error decays like exp(-lam t), as the method intends; the seed's claims
 about steady residuals are unaffected (the terms vanish there).
+
+The algebra is written out on scalars: the state is a tuple of seven numbers,
+and the small vectors and matrices of the method (v = (x', z'), mu = (cos alpha,
+sin alpha), chi = (-sin alpha, cos alpha), grad h = (p'(xa), -1), the Hessian
+H = diag(p''(xa), 0)) appear through their products alone. Under `jax.vmap`
+every operation is then one elementwise operation over the batch's points,
+which XLA fuses and vectorises; stacked 2- and 3-vectors made dozens of tiny
+kernels per step.
 """
+
+from typing import NamedTuple
 
 import jax.numpy as jnp
 
@@ -26,39 +36,46 @@ from ._profile import d2p, dp, p
 TURNING_RATE = 1e-3
 
 
-def _geometry(X, q):
-    x, z, _, xd, zd, _, alpha = X
-    r = q["radius"]
-    xa = x + r * jnp.cos(alpha)
-    h_x, h_z, h_xx = dp(xa, q["a"], q["b"]), -jnp.ones_like(x), d2p(xa, q["a"], q["b"])
-    v = jnp.stack([xd, zd])
-    mu = jnp.stack([jnp.cos(alpha), jnp.sin(alpha)])
-    chi = jnp.stack([-jnp.sin(alpha), jnp.cos(alpha)])
-    H = jnp.stack([jnp.stack([h_xx, jnp.zeros_like(x)]), jnp.zeros((2,), x.dtype)])
-    return xa, h_x, h_z, H, v, mu, chi
+class Contact(NamedTuple):
+    """What the vector field and the outputs both need at a state: sin and cos
+    of alpha, p' and p'' at the contact point, and the residuals f1..f4. A Heun
+    step computes it once per state (the end of one step is the start of the next)."""
+
+    sin: object
+    cos: object
+    slope: object  # p'(xa) = h_x
+    bend: object  # p''(xa) = h_xx
+    f: tuple  # (f1, f2, f3, f4)
+
+
+def contact(X, q, energy0, sin_cos=None) -> Contact:
+    """f1..f4: contact, energy, no slip, alpha is the contact angle.
+    sin_cos: sin and cos of alpha when the caller has them (default: computed)."""
+    x, z, _, xd, zd, thd, alpha = X
+    M, r, g = q["mass"], q["radius"], q["gravity"]
+    s, c = (jnp.sin(alpha), jnp.cos(alpha)) if sin_cos is None else sin_cos
+    xa = x + r * c  # the contact point
+    slope, bend = dp(xa, q["a"], q["b"]), d2p(xa, q["a"], q["b"])
+    f1 = p(xa, q["a"], q["b"]) - (z + r * s)
+    f2 = M * (xd**2 + zd**2) / 2 + M * r**2 * thd**2 / 2 + M * g * z - energy0
+    f3 = -xd * s + zd * c + r * thd
+    f4 = slope * s + c  # (grad h, chi) with h_z = -1
+    return Contact(s, c, slope, bend, (f1, f2, f3, f4))
+
+
+def with_reciprocals(q):
+    """q with 1/M, 1/r and 1/(M r^2), which the vector field multiplies by:
+    computed once per point, not in every stage of every step."""
+    M, r = q["mass"], q["radius"]
+    return q | {"inv_mass": 1 / M, "inv_radius": 1 / r, "inv_inertia": 1 / (M * r**2)}
 
 
 def residuals(X, q, energy0):
-    """f1..f4: contact, energy, no slip, alpha is the contact angle."""
-    x, z, theta, xd, zd, thd, alpha = X
-    M, r, g = q["mass"], q["radius"], q["gravity"]
-    xa, h_x, h_z, _, _, _, _ = _geometry(X, q)
-    za = z + r * jnp.sin(alpha)
-    f1 = p(xa, q["a"], q["b"]) - za
-    f2 = M * (xd**2 + zd**2) / 2 + M * r**2 * thd**2 / 2 + M * g * z - energy0
-    f3 = -xd * jnp.sin(alpha) + zd * jnp.cos(alpha) + r * thd
-    f4 = h_x * jnp.sin(alpha) - h_z * jnp.cos(alpha)
-    return jnp.stack([f1, f2, f3, f4])
+    """f1..f4 of a state given as an array of seven (or a tuple of seven numbers)."""
+    return jnp.stack(contact(tuple(X), q, energy0).f)
 
 
-def _solve3(rows, rhs):
-    """Cramer's rule for a 3x3 system given by rows: closed form, branch-free."""
-    r1, r2, r3 = rows
-    det = jnp.dot(r1, jnp.cross(r2, r3))
-    return (rhs[0] * jnp.cross(r2, r3) + rhs[1] * jnp.cross(r3, r1) + rhs[2] * jnp.cross(r1, r2)) / det
-
-
-def controls(X, q, energy0):
+def controls(X, q, at: Contact):
     """N = (Rx, Rz, Q, U) from A(X) N = -phi, solved in closed form.
 
     U comes first from the last row (d U = -phi4; d = |grad h|(1 - r/rho) > 0 on
@@ -71,41 +88,53 @@ def controls(X, q, energy0):
     w as theta' -> 0: away from turning points (|theta'| >> eps) this is the
     seed's equation scaled; at them, its continuous limit. Nothing divides by 0.
     """
-    x, z, theta, xd, zd, thd, alpha = X
+    _, _, _, xd, zd, thd, _ = X
     M, r, g, lam = q["mass"], q["radius"], q["gravity"], q["stabilization"]
-    _, h_x, h_z, H, v, mu, chi = _geometry(X, q)
-    f1, f2, f3, f4 = residuals(X, q, energy0)
-    eta = jnp.stack([h_x, h_z])
-    vHchi = v @ H @ chi
-    # Exact derivatives of f3 and f4 (see module docstring): (eta, mu) where the
+    s, c, h_x, h_xx = at.sin, at.cos, at.slope, at.bend
+    f1, f2, f3, f4 = at.f
+    v_h_chi = -xd * h_xx * s  # (v, H chi)
+    # Exact derivatives of f3 and f4 (see module docstring): (grad h, mu) where the
     # restatement has |grad h|, and the U term of row 3; equal on the manifold.
-    d = eta @ mu - (chi @ H @ chi) * r
-    row3_u = -M * (v @ mu)
-    f1_dot = v @ eta
-    phi1 = -M * g * h_z + M * (v @ H @ v) + lam**2 * M * f1 + 2 * lam * M * f1_dot
-    phi2 = lam * f2
-    phi3 = -M * g * jnp.cos(alpha) + lam * M * f3
-    phi4 = -vHchi + lam * f4
-    U = -phi4 / d
+    d = h_x * c - s - h_xx * s * s * r  # (grad h, mu) - (chi, H chi) r
+    row3_u = -M * (xd * c + zd * s)  # -M (v, mu)
+    f1_dot = xd * h_x - zd  # (v, grad h)
+    phi1 = M * g + M * h_xx * xd * xd + lam**2 * M * f1 + 2 * lam * M * f1_dot
+    phi3 = -M * g * c + lam * M * f3
+    U = (v_h_chi - lam * f4) / d
 
     eps2 = TURNING_RATE**2
-    scale = thd / (thd**2 + eps2)
-    blend = eps2 / (thd**2 + eps2)
-    w = jnp.stack([r * jnp.sin(alpha), -r * jnp.cos(alpha), jnp.ones_like(x)])
-    rows = (
-        jnp.stack([h_x, h_z, jnp.zeros_like(x)]),
-        jnp.stack([xd, zd, thd]) * scale + w * blend,
-        jnp.stack([-jnp.sin(alpha), jnp.cos(alpha), 1 / r]),
-    )
-    rhs = jnp.stack([-phi1 - vHchi * M * r * U, -phi2 * scale, -phi3 - row3_u * U])
-    Rx, Rz, Q = _solve3(rows, rhs)
+    # One division each for the blend, the Cramer determinant and U: XLA:CPU
+    # gives every division with several users a kernel of its own.
+    blend_norm = 1 / (thd**2 + eps2)
+    scale = thd * blend_norm
+    blend = eps2 * blend_norm
+    # Rows (a1, -1, 0), (b1, b2, b3), (c1, c2, c3) of the 3x3 system for (Rx, Rz, Q):
+    # the contact row, the energy row blended into w, the no-slip row.
+    a1 = h_x
+    b1, b2, b3 = xd * scale + r * s * blend, zd * scale - r * c * blend, thd * scale + blend
+    c1, c2, c3 = -s, c, q["inv_radius"]
+    rhs1 = -phi1 - v_h_chi * M * r * U
+    rhs2 = -lam * f2 * scale
+    rhs3 = -phi3 - row3_u * U
+    # Cramer's rule, branch-free: the cofactors of the first row, then the rest.
+    u1, u2, u3 = b2 * c3 - b3 * c2, b3 * c1 - b1 * c3, b1 * c2 - b2 * c1
+    inv_det = 1 / (a1 * u1 - u2)
+    Rx = (rhs1 * u1 + rhs2 * c3 - rhs3 * b3) * inv_det
+    Rz = (rhs1 * u2 + rhs2 * a1 * c3 - rhs3 * a1 * b3) * inv_det
+    Q = (rhs1 * u3 - rhs2 * (c1 + a1 * c2) + rhs3 * (a1 * b2 + b1)) * inv_det
     return Rx, Rz, Q, U
 
 
+def field(X, q, at: Contact):
+    """X' as a tuple of seven, given the state's Contact; q `with_reciprocals`."""
+    Rx, Rz, Q, U = controls(X, q, at)
+    return X[3], X[4], X[5], Rx * q["inv_mass"], -q["gravity"] + Rz * q["inv_mass"], Q * q["inv_inertia"], U
+
+
 def vector_field(X, q, energy0):
-    M, r, g = q["mass"], q["radius"], q["gravity"]
-    Rx, Rz, Q, U = controls(X, q, energy0)
-    return jnp.stack([X[3], X[4], X[5], Rx / M, -g + Rz / M, Q / (M * r**2), U])
+    """X' of a state given as an array of seven."""
+    X = tuple(X)
+    return jnp.stack(field(X, with_reciprocals(q), contact(X, q, energy0)))
 
 
 def initial_state(q):
