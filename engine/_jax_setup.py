@@ -51,14 +51,19 @@ def task_settings():
 
     if jax.config.jax_compilation_cache_dir is None:
         _use_compile_cache(jax)
-    if hasattr(jax, "enable_x64"):
-        x64 = jax.enable_x64(True)
-    else:  # jax before 0.6
-        from jax.experimental import enable_x64
-
-        x64 = enable_x64()
-    with x64:
+    with float64_here():
         yield
+
+
+def float64_here():
+    """A context in which this thread's JAX arrays may be float64."""
+    import jax
+
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(True)
+    from jax.experimental import enable_x64  # jax before 0.6
+
+    return enable_x64()
 
 
 class DeviceError(RuntimeError):

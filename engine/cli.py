@@ -25,10 +25,10 @@ def _studies(args):
         except KeyError as err:
             raise ConfigError("<command line>", "studies NAME", err.args[0]) from None
     for study in studies:
-        _describe_study(study)
+        _describe_study(study, solvers=args.name is not None)
 
 
-def _describe_study(study) -> None:
+def _describe_study(study, solvers: bool) -> None:
     print(f"{study.name}: {study.title}\n  source: {study.source}")
     print("  parameters:")
     for p in study.parameters:
@@ -40,6 +40,20 @@ def _describe_study(study) -> None:
         print(f"    {o.name:<20} {o.unit_suffix.strip():<7} {o.description}{dims}")
     if study.solver_defaults:
         print("  solver defaults: " + ", ".join(f"{k} = {v!r}" for k, v in study.solver_defaults.items()))
+    if solvers:  # one study asked for: worth tracing its kernel (a second or two)
+        _describe_solvers(study)
+
+
+def _describe_solvers(study) -> None:
+    """The batch solver this machine's plan takes, and the one a GPU's would (with why not fused)."""
+    from .solve import SOLVERS, Device, detect
+    from .solve.plan import default_solver
+
+    here = detect()
+    print(f"  solver here ({here.platform}): {default_solver(study, here)}")
+    on_gpu = default_solver(study, Device(platform="gpu"))
+    reason = SOLVERS["fused"].unsupported(study)
+    print(f"  solver on a GPU: {on_gpu}" + (f" (not fused: {reason})" if on_gpu != "fused" and reason else ""))
 
 
 def _validate(args):

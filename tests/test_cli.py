@@ -9,6 +9,16 @@ def test_studies_lists_pingpong_with_units(capsys):
     assert "pingpong" in out and "rolling_resistance" in out and "final_displacement" in out
 
 
+def test_one_study_names_its_solvers_here_and_on_a_gpu(capsys):
+    assert main(["studies", "pingpong"]) == 0
+    out = capsys.readouterr().out
+    assert "solver here (cpu): lanes" in out and "solver on a GPU: fused" in out
+    assert main(["studies", "hoop"]) == 0
+    out = capsys.readouterr().out
+    assert "solver here (cpu): vmapped" in out
+    assert "solver on a GPU: vmapped (not fused: its point function is not declared as a HybridPoint)" in out
+
+
 def test_run_status_plot(small_sweep, tmp_path, capsys):
     path = small_sweep(extra="""
         [critical]

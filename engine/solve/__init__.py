@@ -1,7 +1,7 @@
 """Solving a batch of points: knows nothing of stores, shards or dask.
 
 The seam: a `Plan` (engine.solve.plan.make_plan, made once per run from the
-study and the `Device`) names a `BatchSolver` (vmapped, lanes) and the batch
+study and the `Device`) names a `BatchSolver` (vmapped, lanes, fused) and the batch
 and width every shard uses; `evaluate` drives it over any number of points.
 """
 

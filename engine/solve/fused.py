@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._jax_setup import float64_here
 from .._status import Status
 from . import _pallas_backend as backend
 from ._lane_jaxpr import LaneFunction, Unfusable, from_list, lane_vector, subjaxprs
@@ -552,10 +553,11 @@ def _kernel_check(study) -> str | None:
     every primitive in it must have a rule in the kernel backend's GPU lowering."""
     outputs = tuple(o.name for o in study.outputs)
     try:
-        kernel = _Kernel(study.solve_point, SolverSettings(), [p.name for p in study.parameters], outputs)
-        block = [jax.ShapeDtypeStruct((GPU_BLOCK,), jnp.int32)] + [
-            jax.ShapeDtypeStruct((GPU_BLOCK,), kernel.dtype) for _ in study.parameters]
-        jaxpr = jax.make_jaxpr(kernel)(*block).jaxpr
+        with float64_here():  # traced as a run traces it (float64), whatever this process's setting
+            kernel = _Kernel(study.solve_point, SolverSettings(), [p.name for p in study.parameters], outputs)
+            block = [jax.ShapeDtypeStruct((GPU_BLOCK,), jnp.int32)] + [
+                jax.ShapeDtypeStruct((GPU_BLOCK,), kernel.dtype) for _ in study.parameters]
+            jaxpr = jax.make_jaxpr(kernel)(*block).jaxpr
     except Unfusable as error:
         return f"it cannot be fused into one kernel: {error}"
     missing = sorted({p.name for p in _primitives(jaxpr) if not backend.supports(p)})
