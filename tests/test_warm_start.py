@@ -96,7 +96,8 @@ def _new_process():
 
 def _identical(a, b) -> bool:
     same = [np.array_equal(a.outputs[k], b.outputs[k], equal_nan=True) for k in a.outputs]
-    return all(same) and all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("status", "num_steps", "num_events"))
+    counters = ("status", "num_steps", "num_events")
+    return all(same) and all(np.array_equal(getattr(a, f), getattr(b, f)) for f in counters)
 
 
 @pytest.mark.parametrize("solver", ["vmapped", pytest.param("lanes", marks=pytest.mark.slow)])
