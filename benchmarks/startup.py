@@ -86,7 +86,7 @@ def main(argv=None) -> None:
                         "benchmark then measures warm runs only)")
     args = parser.parse_args(argv)
     stages = ("cli imported", "sweep parsed", "store ready", "first shard", "end", "first shard cpu")
-    print(f"{'config':<28} {'run':<5} " + " ".join(f"{s:>13}" for s in stages))
+    print(f"{'config':<28} {'run':<5} " + " ".join(f"{s:>13}" for s in stages) + "  exported programs")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         for config in demo_configs(args.study):
@@ -95,11 +95,14 @@ def main(argv=None) -> None:
                 cache = (args.cache or tmp) / f"cache-{config.stem}-{r}"
                 for kind in ("cold", "warm"):
                     rows[kind].append(run_once(config, tmp / f"{config.stem}.zarr", cache, args.cores or None))
+                # Programs the cold run exported (0: none could be, and every run traces).
+                rows["warm"][-1]["programs"] = len(list((cache / "programs").glob("*.stablehlo")))
                 if args.cache is None:
                     shutil.rmtree(cache, ignore_errors=True)
             for kind, runs in rows.items():
                 cells = [statistics.median(run.get(s, float("nan")) for run in runs) for s in stages]
-                print(f"{config.stem:<28} {kind:<5} " + " ".join(f"{c:>12.2f}s" for c in cells), flush=True)
+                stored = f"  {min(run['programs'] for run in runs)}" if kind == "warm" else ""
+                print(f"{config.stem:<28} {kind:<5} " + " ".join(f"{c:>12.2f}s" for c in cells) + stored, flush=True)
 
 
 
