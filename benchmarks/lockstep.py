@@ -7,8 +7,8 @@ pays each iteration, so the iterations of all the loops of one call (the
 segment loop, diffrax's step loop, the event-locating loops) are what a wide
 batch on a GPU costs. They are counted by a callback in every loop's body
 (one call per lockstep iteration, whatever the batch width), in a separately
-traced program; points/s are timed on the uninstrumented one (best of a few
-calls after a warm-up). Run: python benchmarks/lockstep.py [--points 256]
+traced program; points/s are timed on the uninstrumented ones, in turns
+(medians). Run: python benchmarks/lockstep.py [--points 256]
 """
 
 import argparse
@@ -55,15 +55,19 @@ def iterations(make, args) -> int:
     return len(counts)
 
 
-def rate(make, args, points, repeat=5) -> float:
-    fn = jax.jit(make())
-    jax.block_until_ready(fn(*args))
-    best = np.inf
-    for _ in range(repeat):
-        start = time.perf_counter()
+def rates(methods, points, rounds=7) -> list[float]:
+    """Points/s of each (make, args), timed in turns (a shared machine's load
+    drifts over seconds): the median of `rounds` calls each, after a warm-up."""
+    fns = [(jax.jit(make()), args) for make, args in methods]
+    for fn, args in fns:
         jax.block_until_ready(fn(*args))
-        best = min(best, time.perf_counter() - start)
-    return points / best
+    times = [[] for _ in fns]
+    for _ in range(rounds):
+        for (fn, args), taken in zip(fns, times, strict=True):
+            start = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            taken.append(time.perf_counter() - start)
+    return [points / np.median(taken) for taken in times]
 
 
 def main():
@@ -92,12 +96,13 @@ def main():
     engine_x = np.asarray(jax.jit(engine())(params, count)[0]["final_displacement"])[: args.points]
     plain_x = np.asarray(jax.jit(plain())(params["spin_ratio"]))[: args.points]
     print(f"rolling ball, {args.points} points per call, rtol {RTOL}, atol {ATOL}, float64, {jax.devices()[0]}")
+    methods = (("engine, vmapped solver", engine, (params, count), engine_x),
+               ("plain jax.jit(jax.vmap(diffrax))", plain, (params["spin_ratio"],), plain_x))
+    speeds = rates([(make, call_args) for _, make, call_args, _ in methods], args.points)
     print(f"{'method':<40} {'iterations':>10} {'points/s':>10} {'max |x - closed form|':>22}")
-    for name, make, call_args, x in (("engine, vmapped solver", engine, (params, count), engine_x),
-                                     ("plain jax.jit(jax.vmap(diffrax))", plain, (params["spin_ratio"],), plain_x)):
-        print(f"{name:<40} {iterations(make, call_args):>10} {rate(make, call_args, args.points):>10,.0f} "
-              f"{np.max(np.abs(x - exact)):>22.2e}", flush=True)
-
+    for (name, make, call_args, x), speed in zip(methods, speeds, strict=True):
+        print(f"{name:<40} {iterations(make, call_args):>10} {speed:>10,.0f} {np.max(np.abs(x - exact)):>22.2e}",
+              flush=True)
 
 if __name__ == "__main__":
     main()

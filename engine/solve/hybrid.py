@@ -231,17 +231,18 @@ class HybridSystem:
         # Land strictly past the crossing (the sign at the step end, dt = 0): a
         # state left at rounding-level zero on the near side would make the next
         # segment "cross" again at once and fire the event twice.
+        # The sign is tested in the loop's body, not its condition: a condition is
+        # computed for every lane, and a re-step there cost each transition one
+        # re-step per segment whether any lane located it or not.
         after = jnp.sign(at_end)
 
-        def before_crossing(carry):
-            dt, step = carry
-            return wanted & (jnp.sign(residual(dt)) != after) & (dt < 0)
-
         def advance(carry):
-            dt, step = carry
-            return jnp.minimum(dt + step, 0.0), 4 * step
+            dt, step, _ = carry
+            past = jnp.sign(residual(dt)) == after
+            new = jnp.where(past, dt, jnp.minimum(dt + step, 0.0))
+            return new, jnp.where(past, step, 4 * step), ~past & (new < 0)
 
-        dt, _ = jax.lax.while_loop(before_crossing, advance, (dt, jnp.maximum(tol, 1e-300)))
+        dt, *_ = jax.lax.while_loop(lambda c: c[2], advance, (dt, jnp.maximum(tol, 1e-300), wanted & (dt < 0)))
         # Rounding noise in the residual can keep the last update a few ulps above
         # `tol`; an update 1e3 times that is still ~1e-13 relative: located.
         return dt, change <= 1e3 * tol
