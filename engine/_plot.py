@@ -3,14 +3,17 @@
 import pathlib
 import tomllib
 
-import matplotlib.pyplot as plt
 import numpy as np
 
 from ._cube import StoreError, open_cube, read_attrs
 from ._study import load_study
 
+# matplotlib is imported by plot_cube: the studies import scale_axes at every
+# run, which never draws.
+
 
 def plot_cube(path, out=None) -> list[pathlib.Path]:
+    import matplotlib.pyplot as plt
     path = pathlib.Path(path)
     attrs = read_attrs(path)
     if "study" not in attrs:

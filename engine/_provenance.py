@@ -61,11 +61,16 @@ def study_fingerprint(study) -> str:
     relative path and content): a cube made by other code of the same study
     version says so."""
     folder = study_folder(study)
-    if folder is None:
-        return "unknown"
+    return "unknown" if folder is None else folder_digest(folder, "*.py")
+
+
+def folder_digest(folder: pathlib.Path, pattern: str = "*") -> str:
+    """A hash of the files below `folder` matching `pattern`, by relative path and
+    content (Python's byte-code caches left out)."""
     digest = hashlib.sha256()
-    for file in sorted(folder.rglob("*.py")):
-        digest.update(file.relative_to(folder).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
+    for file in sorted(folder.rglob(pattern)):
+        if file.is_file() and "__pycache__" not in file.parts:
+            digest.update(file.relative_to(folder).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
     return digest.hexdigest()
 
 

@@ -73,3 +73,59 @@ def test_event_log_is_as_long_as_the_mode_graph_allows():
     # The solution's log has that many rows.
     sol = chain.solve(jnp.array([H, 0.0]), 0, {}, SolverSettings(max_segments=8))
     assert sol.event_t.shape == (3,) and sol.event_y.shape == (3, 2)
+
+
+def _lockstep_iterations(fn, *args) -> int:
+    """Iterations of every while loop of one vmapped call: a callback in each
+    loop's body runs once per lockstep iteration, whatever the batch width."""
+    counts, original = [], jax.lax.while_loop
+
+    def counted(cond, body, init):
+        def body_counted(carry):
+            jax.debug.callback(lambda: counts.append(1))
+            return body(carry)
+
+        return original(cond, body_counted, init)
+
+    jax.lax.while_loop = counted
+    try:
+        jax.block_until_ready(jax.jit(fn)(*args))
+    finally:
+        jax.lax.while_loop = original
+    jax.effects_barrier()
+    return len(counts)
+
+
+def test_vmapped_lanes_that_finished_or_did_not_cross_cost_the_batch_nothing():
+    """Under vmap every loop runs until its slowest lane is done. A ball that
+    stops after 2 bounces, solved beside one that goes on for 6 along the same
+    path, adds no lockstep iteration: a finished lane neither steps nor locates,
+    and a transition no lane crossed (the second one, never active here) is not
+    searched for."""
+    ends = Transition("never", lambda t, y, p: y[0] + 1.0, target=None, direction=False)
+
+    def after(t, y, p):  # the state before the reset: ends after `p` impacts
+        return jnp.where(y[2] + 1 >= p, -1, 0)
+
+    def fall(t, y, p):
+        return jnp.stack([y[1], -G * jnp.ones_like(y[1]), jnp.zeros_like(y[1])])
+
+    def bounce(t, y, p):
+        return jnp.stack([jnp.zeros_like(y[0]), -E * y[1], y[2] + 1])
+
+    ground = Transition("impact", lambda t, y, p: y[0], target=after, direction=False, reset=bounce)
+    counted = HybridSystem((Mode("flight", fall, (ground, ends)),))
+    settings = SolverSettings(solver="Dopri5", rtol=1e-12, atol=1e-14, max_segments=8)
+
+    def solve(bounces):
+        return jax.vmap(lambda b: counted.solve(jnp.array([H, 0.0, 0.0]), 0, b, settings).t)(bounces)
+
+    alone = _lockstep_iterations(solve, jnp.array([6.0]))
+    beside = _lockstep_iterations(solve, jnp.array([6.0, 2.0]))
+    # The one allowance: diffrax's stage loop takes one stage more on a solve's
+    # first step (FSAL), and a finished lane, which takes no step, stays at its
+    # first: one stage per step the other lane takes after it finished.
+    steps = jax.vmap(lambda b: counted.solve(jnp.array([H, 0.0, 0.0]), 0, b, settings).num_steps)(jnp.array([6.0, 2.0]))
+    assert alone <= beside <= alone + int(steps[0] - steps[1])
+    times = np.asarray(jax.jit(solve)(jnp.array([6.0, 2.0])))
+    np.testing.assert_allclose(times, impact_times(6)[[5, 1]], rtol=0, atol=1e-12)

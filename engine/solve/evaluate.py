@@ -12,6 +12,7 @@ import threading
 import jax
 import numpy as np
 
+from . import exported
 from .base import Plan
 from .plan import make_plan, solver_of
 from .settings import SolverSettings
@@ -29,15 +30,23 @@ class Evaluation:
 def compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: Plan):
     """The jitted batch function: one per study, settings, outputs and plan.
 
-    Its first call (trace, compile or load from the cache) is made by one thread
-    while the others wait: shard threads starting together each traced the
-    same program at once (~1.3 s of tracing each on 2 cores)."""
-    fn = jax.jit(solver_of(plan).batch_function(study, settings, selected, plan))
+    Its first call (trace or load the exported program, compile or load from the
+    cache) is made by one thread while the others wait: shard threads starting
+    together each traced the same program at once (~1.3 s of tracing each on 2
+    cores). A program exported by an earlier process is not traced again
+    (engine.solve.exported)."""
     lock, ready = threading.Lock(), threading.Event()
+    fn = None
+
+    def make():
+        return jax.jit(solver_of(plan).batch_function(study, settings, selected, plan))
 
     def call(*args):
+        nonlocal fn
         if not ready.is_set():
             with lock:
+                if fn is None:
+                    fn = exported.program(make, exported.program_key(study, settings, selected, plan, args), args)
                 result = fn(*args)
                 ready.set()
                 return result

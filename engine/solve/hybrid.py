@@ -170,24 +170,34 @@ class HybridSystem:
             values.append(jnp.where(mode == source, value, jnp.asarray(_INACTIVE, value.dtype)))
         return jnp.stack(values) if values else jnp.zeros((0,), y.dtype)
 
-    def _locate(self, condition, t_seg, t_end, y_end, at_end, mode, params, settings):
-        """Exact event time and state, searching back from the exact step end.
+    def _restep(self, t_end, y_end, dt, mode, params, settings):
+        """One step of the solver from the exact step end (t_end, y_end) to t_end + dt."""
+        solver = settings.make_solver()
+        term = diffrax.ODETerm(self._vector_field)
+        args = (mode, params)
+        state = solver.init(term, t_end, t_end + dt, y_end, args)
+        y, *_ = solver.step(term, t_end, t_end + dt, y_end, args, state, made_jump=False)
+        return y
+
+    def _locate(self, condition, t_seg, t_end, y_end, at_end, mode, params, settings, wanted):
+        """The event time's offset dt <= 0 from the exact step end, and whether it
+        converged; 0 where not `wanted` (a lane whose condition did not
+        cross: its loops take no iteration, so under vmap a batch pays the
+        locating of the transitions some lane crossed, and no other).
 
         Newton on dt -> condition(t_end + dt, restep(dt)), where restep is one step
         of the solver from (t_end, y_end). Always re-stepping from the same exact
         point means no error accumulates between iterates. A plain loop rather than
         optimistix: its Newton terminates on an f-space tolerance that depends on the
         condition's units; here we stop when the time update reaches rounding level.
-        `at_end` is the condition's value at the step end.
+        `at_end` is the condition's value at the step end. The state at the event
+        is the re-step to the time found (`_restep`), made once the earliest
+        transition is known.
         """
-        solver = settings.make_solver()
-        term = diffrax.ODETerm(self._vector_field)
         args = (mode, params)
 
         def restep(dt):
-            state = solver.init(term, t_end, t_end + dt, y_end, args)
-            y, *_ = solver.step(term, t_end, t_end + dt, y_end, args, state, made_jump=False)
-            return y
+            return self._restep(t_end, y_end, dt, mode, params, settings)
 
         def g(t, y):
             return condition(t, y, params)
@@ -215,29 +225,29 @@ class HybridSystem:
             return (change > tol) & (k < _NEWTON_ITERATIONS)
 
         zero = jnp.zeros_like(t_end)
-        dt, change, _ = jax.lax.while_loop(unconverged, newton, (zero, jnp.full_like(zero, jnp.inf), 0))
+        first_change = jnp.where(wanted, jnp.inf, 0.0).astype(zero.dtype)
+        dt, change, _ = jax.lax.while_loop(unconverged, newton, (zero, first_change, 0))
 
         # Land strictly past the crossing (the sign at the step end, dt = 0): a
         # state left at rounding-level zero on the near side would make the next
         # segment "cross" again at once and fire the event twice.
+        # The sign is tested in the loop's body, not its condition: a condition is
+        # computed for every lane, and a re-step there cost each transition one
+        # re-step per segment whether any lane located it or not.
         after = jnp.sign(at_end)
 
-        def before_crossing(carry):
-            dt, step = carry
-            return (jnp.sign(residual(dt)) != after) & (dt < 0)
-
         def advance(carry):
-            dt, step = carry
-            return jnp.minimum(dt + step, 0.0), 4 * step
+            dt, step, _ = carry
+            past = jnp.sign(residual(dt)) == after
+            new = jnp.where(past, dt, jnp.minimum(dt + step, 0.0))
+            return new, jnp.where(past, step, 4 * step), ~past & (new < 0)
 
-        dt, _ = jax.lax.while_loop(before_crossing, advance, (dt, jnp.maximum(tol, 1e-300)))
-        y = restep(dt)
+        dt, *_ = jax.lax.while_loop(lambda c: c[2], advance, (dt, jnp.maximum(tol, 1e-300), wanted & (dt < 0)))
         # Rounding noise in the residual can keep the last update a few ulps above
         # `tol`; an update 1e3 times that is still ~1e-13 relative: located.
-        located = (change <= 1e3 * tol) & jnp.all(jnp.isfinite(y))
-        return t_end + dt, y, located
+        return dt, change <= 1e3 * tol
 
-    def _earliest(self, c: "HybridSolution", starts, t_end, y_end, event_mask, params, settings):
+    def _earliest(self, c: "HybridSolution", starts, t_end, y_end, event_mask, params, settings, running):
         """The transition that fired first inside the segment's last step.
 
         diffrax stops at the step where some condition changed sign, but reports
@@ -245,20 +255,24 @@ class HybridSystem:
         parabola is integrated exactly: one step may span a whole flight, net and
         table both). A condition crossed in that step exactly when its signs at
         the segment's start and end differ in its direction (no earlier step
-        fired), so each such one is located and the earliest wins.
+        fired), so each such one is located and the earliest wins; its state is
+        the re-step to its time.
         """
         reported = jax.tree_util.tree_leaves(event_mask)
-        times, states, oks = [], [], []
+        times, steps, oks = [], [], []
         for j, (source, tr) in enumerate(self.transitions):
             after = tr.condition(t_end, y_end, params)
             crossed_j = crossed(starts[j], after, tr.direction) & (c.mode == source)
-            t_j, y_j, ok_j = self._locate(tr.condition, c.t, t_end, y_end, after, c.mode, params, settings)
-            candidate = (crossed_j | reported[j]) & ok_j
-            times.append(jnp.where(candidate, t_j, jnp.inf))
-            states.append(y_j)
+            candidate = (crossed_j | reported[j]) & running
+            dt_j, ok_j = self._locate(tr.condition, c.t, t_end, y_end, after, c.mode, params, settings, candidate)
+            candidate = candidate & ok_j
+            times.append(jnp.where(candidate, t_end + dt_j, jnp.inf))
+            steps.append(dt_j)
             oks.append(candidate)
         code = jnp.argmin(jnp.stack(times))
-        return code, jnp.stack(times)[code], jnp.stack(states)[code], jnp.stack(oks)[code]
+        found = jnp.stack(oks)[code]
+        y_ev = self._restep(t_end, y_end, jnp.where(found, jnp.stack(steps)[code], 0.0), c.mode, params, settings)
+        return code, jnp.stack(times)[code], y_ev, found & jnp.all(jnp.isfinite(y_ev))
 
     def solve(self, y0, mode0, params, settings: SolverSettings, t_end=None) -> HybridSolution:
         """Solve from t = 0 to the first terminal event, or to t_end (default:
@@ -277,13 +291,18 @@ class HybridSystem:
         controller = settings.make_controller()
 
         def body(carry):
-            c, _ = carry  # the solution so far (the loop's state) and whether it is finished
+            c, finished = carry  # the solution so far (the loop's state) and whether it is finished
+            # Under vmap the loop runs until every lane is finished, and runs its
+            # body on the finished ones too (their results are discarded): they
+            # solve no further (t1 = t0: no step) and locate nothing, so they
+            # cost the batch no lockstep iterations.
+            running = ~finished
             starts = self.start_values(c.t, c.y, c.mode, params)
             sol = diffrax.diffeqsolve(
                 term,
                 solver,
                 t0=c.t,
-                t1=horizon,
+                t1=jnp.where(running, horizon, c.t),
                 dt0=None,
                 y0=c.y,
                 args=(c.mode, params, starts),
@@ -297,7 +316,9 @@ class HybridSystem:
             steps = c.num_steps + sol.stats["num_steps"]
             fired = sol.result == diffrax.RESULTS.event_occurred
             if event is not None:
-                code, t_ev, y_ev, located = self._earliest(c, starts, t_end, y_end, sol.event_mask, params, settings)
+                code, t_ev, y_ev, located = self._earliest(
+                    c, starts, t_end, y_end, sol.event_mask, params, settings, running
+                )
             else:  # no transitions anywhere: nothing can fire
                 code, t_ev, y_ev, located = jnp.asarray(0), t_end, y_end, jnp.asarray(False)
             target = jax.lax.switch(code, targets, t_ev, y_ev, params)

@@ -1,0 +1,123 @@
+"""The traced batch program, kept between processes.
+
+Before JAX's persistent cache can hand a process its compiled program, the
+batch function must be traced: the solver's and the study's Python run once on
+abstract values (~1.3 s on 2 cores for the rolling ball, every process). So the
+traced program is exported (`jax.export`: its StableHLO, serialized) into the
+cache folder, under a key of everything it was made from: the study's files,
+the engine's source, the packages' versions, the backend, the settings, the
+outputs, the plan and the arguments' shapes. A later process with the same key
+deserializes it (milliseconds) and compiles it, which the persistent cache
+answers; a changed file or setting is a new key, so a stale program is never
+used.
+
+Every process calls the exported program, the one that exported it too: cold
+and warm runs compile the same module and give bitwise the same results.
+"""
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import pathlib
+import uuid
+
+import jax
+
+from .._jax_setup import cache_dir
+from .._provenance import folder_digest, study_folder
+
+# Version of the key and the file format: a change invalidates every entry.
+FORMAT = 1
+# Packages whose code goes into the traced program.
+PACKAGES = ("jax", "jaxlib", "diffrax", "equinox", "lineax", "optimistix", "numpy")
+ENGINE = pathlib.Path(__file__).resolve().parent.parent
+
+
+@functools.cache
+def _engine_source() -> str:
+    return folder_digest(ENGINE, "*.py")
+
+
+@functools.cache
+def _versions() -> dict:
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def program_key(study, settings, selected, plan, args) -> str | None:
+    """The key of the batch program for these arguments; None where the study's
+    source cannot be found (then nothing says when a stored program is stale)."""
+    folder = study_folder(study)
+    if folder is None:
+        return None
+    leaves, tree = jax.tree_util.tree_flatten_with_path(args)
+    device = jax.devices()[0]
+    parts = {
+        "format": FORMAT,
+        "study": [study.name, study.version, folder_digest(folder)],
+        "engine": _engine_source(),
+        "versions": _versions(),
+        "backend": [device.platform, device.device_kind, jax.config.jax_enable_x64],
+        "settings": repr(settings),
+        "selected": list(selected),
+        "plan": repr(plan),
+        "args": [str(tree)] + [[jax.tree_util.keystr(p), list(v.shape), str(v.dtype)] for p, v in leaves],
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _path(key: str) -> pathlib.Path | None:
+    folder = cache_dir()
+    return None if folder is None else folder / "programs" / f"{key}.stablehlo"
+
+
+def _load(path: pathlib.Path):
+    from jax import export
+
+    try:
+        return export.deserialize(bytearray(path.read_bytes()))
+    except Exception:  # noqa: BLE001 - missing, or damaged: made again, not trusted
+        return None
+
+
+def _store(path: pathlib.Path, blob: bytes) -> None:
+    """Written whole or not at all (other processes may read it at any time); a
+    cache that cannot be written costs the next process a trace, nothing else."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(blob)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def program(make, key: str | None, args):
+    """A jitted callable of the batch function for arguments like `args`: the
+    stored program under `key` where there is one, else `make()` (the jitted
+    batch function) traced, exported and stored. Where the program cannot be
+    exported (a host callback, say) or there is no cache, `make()` itself."""
+    path = None if key is None else _path(key)
+    exported = None if path is None else _load(path)
+    if exported is not None:
+        return jax.jit(exported.call)
+    jitted = make()
+    if path is None:
+        return jitted
+    from jax import export
+
+    try:
+        blob = export.export(jitted)(*args).serialize()
+    except Exception:  # noqa: BLE001 - not exportable: traced in every process, as without a cache
+        return jitted
+    _store(path, blob)
+    # The same deserialized program a later process will call, for bitwise
+    # equal results and one persistent-cache entry.
+    return jax.jit(export.deserialize(bytearray(blob)).call)

@@ -1,0 +1,180 @@
+"""A later process loads the exported batch program instead of tracing it
+(engine.solve.exported): no trace, bitwise the same results as the traced
+program, and never a program made from other code or settings."""
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from engine import (
+    HybridPoint,
+    HybridSystem,
+    Interval,
+    Mode,
+    Output,
+    Parameter,
+    PointResult,
+    SolverSettings,
+    Start,
+    Study,
+    Transition,
+)
+from engine.solve import evaluate, exported, make_plan
+from engine.solve.evaluate import compiled
+from engine.solve.plan import solver_of
+
+G = 9.81
+SETTINGS = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=16)
+
+
+def _fall(t, y, p):
+    return jnp.stack([y[1], -G * jnp.ones_like(y[1])])
+
+
+def _bounce(t, y, p):
+    return jnp.stack([jnp.zeros_like(y[0]), -p["restitution"] * y[1]])
+
+
+def _start(p, settings):
+    return Start(jnp.stack([p["height"], jnp.zeros_like(p["height"])]), 0, p)
+
+
+def _finish(p, sol, settings):
+    return PointResult(outputs={"last_impact": sol.t}, status=sol.status, num_steps=sol.num_steps,
+                       num_events=sol.num_events)
+
+
+GROUND = Transition("ground", lambda t, y, p: y[0], target=0, direction=False, reset=_bounce)
+BALL = Study(
+    name="warm_ball", title="warm_ball", source="test", version="1",
+    parameters=(Parameter("height", "m", 1.0, Interval(0.0, 10.0), "drop height"),
+                Parameter("restitution", "1", 0.8, Interval(0.0, 1.0), "restitution")),
+    outputs=(Output("last_impact", "s", "time of the last impact"),),
+    solve_point=HybridPoint(HybridSystem((Mode("flight", _fall, (GROUND,)),)), _start, _finish),
+)
+COLUMNS = {"height": np.linspace(0.1, 3.0, 11), "restitution": np.linspace(0.3, 0.9, 11)}
+
+
+def _fall_time(p, settings):
+    """A closed form (quick to compile) where only the keys are tested."""
+    t = jnp.sqrt(2 * p["height"] / G) + 0 * p["restitution"]
+    return PointResult(outputs={"last_impact": t}, status=jnp.int8(0))
+
+
+DROP = dataclasses.replace(BALL, name="warm_drop", solve_point=_fall_time)
+
+
+@pytest.fixture
+def traces(monkeypatch):
+    """Counts the traces of every batch solver's batch function (its Python runs
+    once per trace) and starts with no compiled program in this process."""
+    count = []
+    for solver in {solver_of(make_plan(BALL, solver=s, batch=8)) for s in ("vmapped", "lanes")}:
+        original = type(solver).batch_function
+
+        def counting(self, *args, original=original):
+            fn = original(self, *args)
+
+            def traced(*inputs):
+                count.append(1)
+                return fn(*inputs)
+
+            return traced
+
+        monkeypatch.setattr(type(solver), "batch_function", counting)
+    compiled.cache_clear()
+    yield count
+    compiled.cache_clear()
+
+
+def _new_process():
+    """What a new process starts with: no compiled program in memory."""
+    compiled.cache_clear()
+
+
+def _identical(a, b) -> bool:
+    same = [np.array_equal(a.outputs[k], b.outputs[k], equal_nan=True) for k in a.outputs]
+    counters = ("status", "num_steps", "num_events")
+    return all(same) and all(np.array_equal(getattr(a, f), getattr(b, f)) for f in counters)
+
+
+@pytest.mark.parametrize("solver", ["vmapped", pytest.param("lanes", marks=pytest.mark.slow)])
+def test_a_warm_process_does_not_trace_and_gives_the_traced_results(solver, traces, tmp_path, monkeypatch):
+    plan = make_plan(BALL, solver=solver, batch=8)
+    monkeypatch.setenv("ROLLSWEEP_CACHE", "")  # no cache: the plain traced program
+    traced = evaluate(BALL, SETTINGS, COLUMNS, plan=plan)
+    assert len(traces) == 1
+
+    _new_process()
+    monkeypatch.setenv("ROLLSWEEP_CACHE", str(tmp_path))
+    cold = evaluate(BALL, SETTINGS, COLUMNS, plan=plan)
+    assert len(traces) == 2  # traced once more, to export it
+    assert len(list((tmp_path / "programs").iterdir())) == 1
+
+    _new_process()
+    warm = evaluate(BALL, SETTINGS, COLUMNS, plan=plan)
+    assert len(traces) == 2  # loaded, not traced
+    assert _identical(warm, cold) and _identical(warm, traced)
+    assert np.all(warm.num_events > 0)  # a real solve: the balls bounced
+
+
+def test_other_settings_or_plans_are_other_programs(traces, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROLLSWEEP_CACHE", str(tmp_path))
+    plan = make_plan(DROP, solver="vmapped", batch=8)
+    evaluate(DROP, SETTINGS, COLUMNS, plan=plan)
+    _new_process()
+    evaluate(DROP, dataclasses.replace(SETTINGS, rtol=1e-8), COLUMNS, plan=plan)
+    _new_process()
+    evaluate(DROP, SETTINGS, COLUMNS, plan=make_plan(DROP, solver="vmapped", batch=64))
+    assert len(traces) == 3
+    assert len(list((tmp_path / "programs").iterdir())) == 3
+
+
+def test_a_changed_study_file_is_a_new_key(tmp_path, monkeypatch):
+    """Any file of the study's package (code or data) changes the key: a program
+    traced from the old files is never loaded."""
+    package = tmp_path / "study_package"
+    (package / "data").mkdir(parents=True)
+    (package / "model.py").write_text("X = 1\n")
+    (package / "data" / "table.csv").write_text("1,2\n")
+    monkeypatch.setattr(exported, "study_folder", lambda study: package)
+    plan = make_plan(DROP, solver="vmapped", batch=8)
+    args = ({"height": np.zeros(8), "restitution": np.zeros(8)}, np.int32(8))
+
+    def key():
+        return exported.program_key(BALL, SETTINGS, ("last_impact",), plan, args)
+
+    first = key()
+    (package / "data" / "table.csv").write_text("1,3\n")
+    second = key()
+    (package / "model.py").write_text("X = 2\n")
+    third = key()
+    assert len({first, second, third}) == 3
+    assert key() == third  # and the same files, the same key
+    float32 = ({k: v.astype(np.float32) for k, v in args[0].items()}, args[1])
+    assert exported.program_key(BALL, SETTINGS, ("last_impact",), plan, float32) != third
+
+
+def test_a_study_without_source_is_traced_every_time(traces, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROLLSWEEP_CACHE", str(tmp_path))
+    monkeypatch.setattr(exported, "study_folder", lambda study: None)
+    plan = make_plan(DROP, solver="vmapped", batch=8)
+    evaluate(DROP, SETTINGS, COLUMNS, plan=plan)
+    _new_process()
+    evaluate(DROP, SETTINGS, COLUMNS, plan=plan)
+    assert len(traces) == 2
+    assert not (tmp_path / "programs").exists()
+
+
+def test_a_damaged_entry_is_made_again(traces, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROLLSWEEP_CACHE", str(tmp_path))
+    plan = make_plan(DROP, solver="vmapped", batch=8)
+    first = evaluate(DROP, SETTINGS, COLUMNS, plan=plan)
+    (entry,) = (tmp_path / "programs").iterdir()
+    entry.write_bytes(b"not a program")
+    _new_process()
+    again = evaluate(DROP, SETTINGS, COLUMNS, plan=plan)
+    assert len(traces) == 2 and _identical(first, again)
+    assert entry.read_bytes() != b"not a program"
