@@ -90,10 +90,7 @@ class _Lane(eqx.Module):
     steps: jax.Array  # regular steps (accepted and rejected) of the whole solve
     segment_steps: jax.Array
     status: jax.Array
-    events: jax.Array
-    event_t: jax.Array
-    event_y: jax.Array
-    event_code: jax.Array
+    events: jax.Array  # events located so far (the event log lives in the results)
     # parked at a crossing inside the step [t, t + span], waiting to locate it
     locating: jax.Array
     span: jax.Array
@@ -205,13 +202,6 @@ def _argmin_rows(x):
         smaller = x[i] < best
         best, index = jnp.where(smaller, x[i], best), jnp.where(smaller, i, index)
     return index
-
-
-def _record(log, index, value, when):
-    """log with log[index[l], ..., l] = value[..., l] where `when[l]` (masked,
-    no scatter: see _pick)."""
-    hit = when & (jnp.arange(log.shape[0])[:, None] == index)
-    return jnp.where(hit.reshape(hit.shape[:1] + (1,) * (log.ndim - 2) + hit.shape[1:]), value, log)
 
 
 def _lane_last(x):
@@ -511,7 +501,6 @@ class _Machine:
         lost = locating & ~located & (tries >= _LOCATE_TRIES)
 
         # ---- the event: record it; the lane ends or goes on after the loop (events)
-        k = jnp.minimum(s.events, s.event_t.shape[0] - 1)
         located, switch, creep, lost = self.once(locating, (located, switch, creep, lost))
         status = jnp.where(lost, jnp.int8(Status.SOLVER_FAILED), s.status)
         step_on = locating & ~switch & ~creep  # a Newton update
@@ -521,9 +510,6 @@ class _Machine:
             y=jnp.where(located, y1, s.y),
             status=status,
             events=s.events + located,
-            event_t=_record(s.event_t, k, t1, located),
-            event_y=_record(s.event_y, k, y1, located),
-            event_code=_record(s.event_code, k, n.code, located),
             locating=s.locating & ~located & ~lost,
             span=jnp.where(switch, n.dt, s.span),
         )
@@ -652,22 +638,18 @@ def _planned(machine: "_Machine", point: HybridPoint, params, count, block: int)
     return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, -2).reshape(a.shape[1:-1] + (n,)), planned)
 
 
+def _replace_solution(solution: HybridSolution, **changes) -> HybridSolution:
+    return eqx.tree_at(lambda s: tuple(getattr(s, k) for k in changes), solution, tuple(changes.values()))
+
+
 def _replace(lane: _Lane, **changes) -> _Lane:
     return eqx.tree_at(lambda lane_: tuple(getattr(lane_, k) for k in changes), lane, tuple(changes.values()))
 
 
-def _solution(lane: _Lane) -> HybridSolution:
-    return HybridSolution(
-        t=lane.t,
-        y=lane.y,
-        mode=lane.mode,
-        status=lane.status,
-        num_steps=lane.steps,
-        num_events=lane.events,
-        event_t=lane.event_t,
-        event_y=lane.event_y,
-        event_code=lane.event_code,
-    )
+def _end(lane: _Lane) -> dict:
+    """The fields of a lane's HybridSolution written when its point finishes."""
+    return {"t": lane.t, "y": lane.y, "mode": lane.mode, "status": lane.status, "num_steps": lane.steps,
+            "num_events": lane.events}
 
 
 def solve_batch(
@@ -718,9 +700,6 @@ def solve_batch(
             segment_steps=full(0, jnp.int32),
             status=full(Status.PENDING, jnp.int8),
             events=full(0, jnp.int32),
-            event_t=full(jnp.nan, dtype, n_seg),
-            event_y=full(jnp.nan, dtype, n_seg, n_state),
-            event_code=full(-1, jnp.int32, n_seg),
             locating=full(False, bool),
             span=full(0, dtype),
         )
@@ -745,21 +724,48 @@ def solve_batch(
             lane, point=jnp.where(idle, n, lane.point), status=jnp.where(idle, _IDLE, lane.status)
         ), next_point + jnp.sum(free)
 
-    results = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape[:-1] + (n,), a.dtype), _solution(empty))
+    # The solutions, points last. Events are written into their point's log as
+    # they are located, not carried by the lanes: refilling, gathering and
+    # putting back lanes then moves their state, not a log of max_segments
+    # states each (the landing map's log is 8 times its state).
+    results = HybridSolution(
+        **{k: jnp.zeros(a.shape[:-1] + (n,), a.dtype) for k, a in _end(empty).items()},
+        event_t=jnp.full((n_seg, n), jnp.nan, dtype),
+        event_y=jnp.full((n_seg, n_state, n), jnp.nan, dtype),
+        event_code=jnp.full((n_seg, n), -1, jnp.int32),
+    )
+
+    def rows_of(lane, chosen):
+        """The points' rows where `chosen`; elsewhere distinct rows past the end,
+        which writes drop: every index is then unique. (Sent to one spare row, they
+        made XLA:GPU serialise the scatter's colliding writes as atomics.)"""
+        width = lane.point.shape[0]
+        return jnp.where(chosen & (lane.point < n), lane.point, n + jnp.arange(width, dtype=lane.point.dtype))
 
     def write(lane, results, finished):
-        # Lanes that finished nothing write to distinct rows past the end, which
-        # are dropped: every index is then unique. (Sent to one spare row, they
-        # made XLA:GPU serialise the scatter's colliding writes as atomics.)
-        width = lane.point.shape[0]
-        row = jnp.where(finished, lane.point, n + jnp.arange(width, dtype=lane.point.dtype))
-        return jax.tree_util.tree_map(
-            lambda out, value: out.at[..., row].set(value, mode="drop", unique_indices=True),
+        row = rows_of(lane, finished)
+        return _replace_solution(results, **{
+            k: getattr(results, k).at[..., row].set(value, mode="drop", unique_indices=True)
+            for k, value in _end(lane).items()
+        })
+
+    def record(search: _Search, results):
+        """The crossings located in this flush, into their points' event logs."""
+        lane = search.lane
+        row = rows_of(lane, search.located)
+        k = jnp.clip(lane.events - 1, 0, n_seg - 1)
+
+        def put(log, value):
+            return log.at[k, ..., row].set(value, mode="drop", unique_indices=True)
+
+        return _replace_solution(
             results,
-            _solution(lane),
+            event_t=put(results.event_t, lane.t),
+            event_y=results.event_y.at[k, :, row].set(lane.y.T, mode="drop", unique_indices=True),
+            event_code=put(results.event_code, search.code),
         )
 
-    def locate_parked(lane):
+    def locate_parked(lane, results):
         """Lanes parked at a crossing locate it: up to 1/_LOCATE_SHARE of the lanes
         at a time (the rest wait for the next flush), gathered into a narrow loop of
         Newton re-steps, then put back."""
@@ -772,14 +778,14 @@ def solve_batch(
         search = jax.lax.while_loop(
             lambda n: jnp.any((n.lane.status == Status.PENDING) & n.lane.locating), machine.locate, search
         )
+        results = record(search, results)
         # Put back what locating changes; out-of-bounds indices (no lane) drop.
         back = jnp.where(valid, index, width)
         located = machine.events(search)
-        changed = ("t", "y", "f", "g", "mode", "h", "segment_steps", "status", "events", "event_t", "event_y",
-                   "event_code", "locating", "span")
+        changed = ("t", "y", "f", "g", "mode", "h", "segment_steps", "status", "events", "locating", "span")
         return _replace(
             lane, **{k: getattr(lane, k).at[..., back].set(getattr(located, k), mode="drop") for k in changed}
-        )
+        ), results
 
     def loop(lane, results, next_point, keep_going):
         """Step the lanes while keep_going(lane, next_point). A lane that finishes,
@@ -794,7 +800,7 @@ def solve_batch(
         threshold = max(1, width // _FLUSH_SHARE)
 
         def flush(lane, results, next_point):
-            lane = locate_parked(lane)
+            lane, results = locate_parked(lane, results)
             finished = (lane.status != Status.PENDING) & (lane.point < n)
             results = write(lane, results, finished)
             if width == lanes:
@@ -835,7 +841,10 @@ def solve_batch(
     busy = jnp.nonzero(running(lane), size=tail, fill_value=0)[0]
     narrow = take(lane, busy)
     still_busy = jnp.arange(tail) < jnp.sum(running(lane))
-    narrow = eqx.tree_at(lambda lane_: lane_.point, narrow, jnp.where(still_busy, narrow.point, n))
+    # Lanes past the busy ones (copies of lane 0) idle.
+    narrow = _replace(
+        narrow, point=jnp.where(still_busy, narrow.point, n), status=jnp.where(still_busy, narrow.status, _IDLE)
+    )
     _, results, _ = loop(narrow, results, next_point, lambda lane, next_point: jnp.any(lane.point < n))
     return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, -1, 0), results)
 
