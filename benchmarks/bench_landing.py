@@ -205,7 +205,7 @@ def main():
             differing.append(f"{name}: " + ", ".join(f"{a} -> {b}: {pairs.count((a, b))}" for a, b in found))
 
     from engine import SolverSettings, parse_sweep
-    from engine._cost import batch_size
+    from engine._cost import plan_for
     from engine.solve import evaluate
     from studies.rebound import LANDING
 
@@ -219,16 +219,17 @@ def main():
     cube, seconds, report = engine_end_to_end(text(axes), OUTPUTS, warmup=text(axes | {"topspin": {"values": [0.0]}}))
     end_to_end = "engine: rollsweep run, inline"
     record(end_to_end, seconds, n, [cube[k].ravel() for k in OUTPUTS])
-    batch = batch_size(parse_sweep(text(axes)("unused.zarr")))
+    plan = plan_for(parse_sweep(text(axes)("unused.zarr")))
 
     # ---- the engine's compiled calls alone (compiled by the run above), and over batch sizes
     columns = {k: np.full(n, v) for k, v in LANDING.defaults.items()} | {
         "topspin": spin, "elevation": elevation, "launch_speed": speed}
     selected = in_study_order(LANDING, OUTPUTS)  # as the sweep file selects them
     settings = SolverSettings(rtol=RTOL, atol=ATOL, t_max=T_MAX, max_segments=MAX_SEGMENTS)
-    result, seconds = best_of(lambda: evaluate(LANDING, settings, columns, batch, outputs=selected), repeat=2,
+    result, seconds = best_of(lambda: evaluate(LANDING, settings, columns, outputs=selected, plan=plan), repeat=2,
                               warmup=False)
-    record(f"engine: compiled calls only (batch {batch}, one call at a time)", seconds, n,
+    record(f"engine: compiled calls only ({plan.solver}, batch {plan.batch}, width {plan.width}, one call at a time)",
+           seconds, n,
            [result.outputs[k] for k in OUTPUTS])
     some = np.random.default_rng(0).permutation(n)[:4096]
     few = {k: v[some] for k, v in columns.items()}

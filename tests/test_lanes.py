@@ -77,6 +77,24 @@ def test_padding_past_count_is_not_solved_and_the_rest_is_unchanged():
     assert np.all(np.asarray(full.num_steps) > 0)
 
 
+def test_blocks_of_padding_are_not_planned_and_event_logs_match():
+    """A batch planned in blocks (64 points on 16 lanes: blocks of 16): blocks
+    wholly past count are skipped, and the real points' solutions, their event
+    logs included, come out exactly as when every point is real."""
+    point = _projectile()
+    v = jnp.linspace(5.0, 20.0, 64)
+    params = {"v": v, "g": jnp.full(v.shape, 9.81)}
+    solve = jax.jit(lambda p, count: solve_batch(point, p, SETTINGS, 16, count))
+    full, short = solve(params, 64), solve(params, 20)
+    for name in ("t", "y", "status", "num_steps", "num_events", "event_t", "event_y", "event_code"):
+        np.testing.assert_array_equal(np.asarray(getattr(short, name)[:20]), np.asarray(getattr(full, name)[:20]),
+                                      err_msg=name)
+    np.testing.assert_array_equal(np.asarray(short.status[20:]), Status.PENDING)
+    np.testing.assert_array_equal(np.asarray(full.status), Status.SUCCESS)
+    assert np.all(np.isfinite(np.asarray(full.event_t[:, 0]))) and np.all(np.asarray(full.event_code[:, 0]) >= 0)
+    assert np.all(np.isnan(np.asarray(full.event_t[:, 1:])))  # one event each: the rest of the log unused
+
+
 def _projectile():
     """A ball thrown up from height 2, over a ledge at height 1 and a floor: two
     transitions in one mode. A parabola is integrated exactly, so steps grow long

@@ -83,3 +83,19 @@ def test_second_contact_on_the_near_half_ends_the_flight_as_a_fault():
     assert 0 < p1[0] < p2[0] < 1.37  # both contacts before the net
     assert abs(out["bounce_x"] - p1[0]) < 1e-9 and abs(out["landing_x"] - p2[0]) < 1e-9
     assert abs(out["flight_time"] - (t1 + t2)) < 1e-9
+
+
+def test_lanes_agree_with_the_per_point_solve():
+    """The study runs on refilling lanes on CPU: the same outcomes, landings and
+    times as the plain per-point solve (vmapped), to the solver's tolerance."""
+    speed, elevation = np.meshgrid(np.linspace(3.0, 15.0, 4), np.linspace(-20.0, 12.0, 4))
+    columns = {k: np.full(speed.size, v) for k, v in LANDING.defaults.items()} | {
+        "launch_speed": speed.ravel(), "elevation": elevation.ravel(), "topspin": np.tile([-150.0, 150.0], 8)}
+    on_lanes = evaluate(LANDING, SETTINGS, columns, batch_size=16)
+    per_point = evaluate(LANDING, SETTINGS, columns, batch_size=16, lanes=0)
+    np.testing.assert_array_equal(on_lanes.status, per_point.status)
+    np.testing.assert_array_equal(on_lanes.num_events, per_point.num_events)
+    np.testing.assert_array_equal(on_lanes.outputs["outcome"], per_point.outputs["outcome"])
+    assert len(set(on_lanes.outputs["outcome"])) >= 3  # in, net and out among them
+    for name, value in per_point.outputs.items():
+        np.testing.assert_allclose(on_lanes.outputs[name], value, rtol=0, atol=1e-9, err_msg=name)

@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._status import Status
-from .base import BatchSolver, Plan, masked, safe_params, whole_vectors
+from .base import VECTOR, BatchSolver, Plan, masked, safe_params, whole_vectors
 from .device import Device
 from .hybrid import _INACTIVE, HybridPoint, HybridSolution, HybridSystem
 from .locate import crossed, hermite_root, start_value, time_tolerance
@@ -68,6 +68,9 @@ _TAIL_SHARE = 16
 _LOCATE_SHARE = 2
 # Newton re-steps allowed to locate one crossing (2 are typical).
 _LOCATE_TRIES = 32
+# Status of a lane without a point: anything but PENDING keeps it from stepping
+# (its row is never written).
+_IDLE = Status.SUCCESS
 # A rejected step whose state is not finite is retried this much shorter.
 _NONFINITE_SHRINK = 0.2
 
@@ -87,10 +90,7 @@ class _Lane(eqx.Module):
     steps: jax.Array  # regular steps (accepted and rejected) of the whole solve
     segment_steps: jax.Array
     status: jax.Array
-    events: jax.Array
-    event_t: jax.Array
-    event_y: jax.Array
-    event_code: jax.Array
+    events: jax.Array  # events located so far (the event log lives in the results)
     # parked at a crossing inside the step [t, t + span], waiting to locate it
     locating: jax.Array
     span: jax.Array
@@ -108,6 +108,7 @@ class _Search(eqx.Module):
     nudge: jax.Array
     creeping: jax.Array  # converged but short of the crossing: stepping forward
     tries: jax.Array
+    located: jax.Array  # located and recorded: ends or goes on after the loop
 
 
 class _Plan(eqx.Module):
@@ -201,13 +202,6 @@ def _argmin_rows(x):
         smaller = x[i] < best
         best, index = jnp.where(smaller, x[i], best), jnp.where(smaller, i, index)
     return index
-
-
-def _record(log, index, value, when):
-    """log with log[index[l], ..., l] = value[..., l] where `when[l]` (masked,
-    no scatter: see _pick)."""
-    hit = when & (jnp.arange(log.shape[0])[:, None] == index)
-    return jnp.where(hit.reshape(hit.shape[:1] + (1,) * (log.ndim - 2) + hit.shape[1:]), value, log)
 
 
 def _lane_last(x):
@@ -461,13 +455,13 @@ class _Machine:
             nudge=jnp.maximum(time_tolerance(s.t, t1), 1e-300),
             creeping=jnp.zeros(s.t.shape, bool),
             tries=jnp.zeros(s.t.shape, jnp.int32),
+            located=jnp.zeros(s.t.shape, bool),
         )
 
     def locate(self, search: _Search) -> _Search:
         """One re-step of every lane locating a crossing: from the step start (t, y)
         to the current Newton iterate t + dt for the crossing time. A located
-        crossing is recorded; the lane then ends or goes on in the next mode."""
-        settings = self.settings
+        crossing is recorded, the lane moved to it (see `events`)."""
         s, n = search.lane, search  # the lanes, and the Newton search in them
         locating = (s.status == Status.PENDING) & s.locating
         t1 = s.t + n.dt
@@ -506,42 +500,16 @@ class _Machine:
         tries = n.tries + locating
         lost = locating & ~located & (tries >= _LOCATE_TRIES)
 
-        # ---- the event: record, then end or go on in the next mode
-        k = jnp.minimum(s.events, s.event_t.shape[0] - 1)
-        code = n.code
-        target = _choose(code, [target(t1, y1, s.args) for target in self.targets])
-        y_next = _choose(code, [reset(t1, y1, s.args) for reset in self.resets])
-        next_mode = jnp.where(target >= 0, target, s.mode).astype(s.mode.dtype)
-        f_next, g_next = self.segment_start(t1, y_next, next_mode, s.args)
-        # A new segment starts with a fresh step-size guess, as diffrax's does.
-        # Going on with the last proposed step saved ~5% of the rolling ball's
-        # time but lost accuracy over many events (a ball's 120th impact 5e-9
-        # late instead of within 1e-9: the long steps an exactly integrated
-        # flight grows carry over to the next).
-        h_next = self.first_step(t1, y_next, next_mode, s.args, s.horizon)
-        reset_finite = _all_rows(jnp.isfinite(y_next))
-        goes_on = located & (target >= 0) & reset_finite & (s.events + 1 < settings.max_segments)
-        goes_on, located, switch, creep, lost = self.once(locating, (goes_on, located, switch, creep, lost))
-        status = _select(
-            [located & (target < 0), located & ~reset_finite, located & ~goes_on, lost],
-            [Status.SUCCESS, Status.NONFINITE, Status.MAX_SEGMENTS, Status.SOLVER_FAILED],
-            s.status,
-        ).astype(jnp.int8)
+        # ---- the event: record it; the lane ends or goes on after the loop (events)
+        located, switch, creep, lost = self.once(locating, (located, switch, creep, lost))
+        status = jnp.where(lost, jnp.int8(Status.SOLVER_FAILED), s.status)
         step_on = locating & ~switch & ~creep  # a Newton update
         lane = _replace(
             s,
             t=jnp.where(located, t1, s.t),
-            y=jnp.where(goes_on, y_next, jnp.where(located, y1, s.y)),
-            f=jnp.where(goes_on, f_next, s.f),
-            g=jnp.where(goes_on, g_next, s.g),
-            mode=jnp.where(goes_on, next_mode, s.mode),
-            h=jnp.where(goes_on, h_next, s.h),
-            segment_steps=jnp.where(goes_on, 0, s.segment_steps),
+            y=jnp.where(located, y1, s.y),
             status=status,
             events=s.events + located,
-            event_t=_record(s.event_t, k, t1, located),
-            event_y=_record(s.event_y, k, y1, located),
-            event_code=_record(s.event_code, k, code, located),
             locating=s.locating & ~located & ~lost,
             span=jnp.where(switch, n.dt, s.span),
         )
@@ -562,6 +530,44 @@ class _Machine:
             nudge=jnp.where(creep, 4 * n.nudge, jnp.where(switch, jnp.maximum(tol, 1e-300), n.nudge)),
             creeping=jnp.where(locating, creep, n.creeping),
             tries=jnp.where(switch, 0, tries).astype(n.tries.dtype),
+            located=n.located | located,
+        )
+
+    def events(self, search: _Search) -> _Lane:
+        """Lanes that located a crossing (at their (t, y), recorded) end there or go
+        on in the next mode: its state (reset), first stage, conditions and first
+        step. Once per flush, after the Newton loop, rather than at every re-step
+        of it (on the landing map that work cost as much as the re-step)."""
+        settings = self.settings
+        s, located, code = search.lane, search.located, search.code
+        t1, y1 = s.t, s.y
+        target = _choose(code, [target(t1, y1, s.args) for target in self.targets])
+        y_next = _choose(code, [reset(t1, y1, s.args) for reset in self.resets])
+        next_mode = jnp.where(target >= 0, target, s.mode).astype(s.mode.dtype)
+        f_next, g_next = self.segment_start(t1, y_next, next_mode, s.args)
+        # A new segment starts with a fresh step-size guess, as diffrax's does.
+        # Going on with the last proposed step saved ~5% of the rolling ball's
+        # time but lost accuracy over many events (a ball's 120th impact 5e-9
+        # late instead of within 1e-9: the long steps an exactly integrated
+        # flight grows carry over to the next).
+        h_next = self.first_step(t1, y_next, next_mode, s.args, s.horizon)
+        reset_finite = _all_rows(jnp.isfinite(y_next))
+        goes_on = located & (target >= 0) & reset_finite & (s.events < settings.max_segments)
+        (goes_on,) = self.once(located, (goes_on,))
+        status = _select(
+            [located & (target < 0), located & ~reset_finite, located & ~goes_on],
+            [Status.SUCCESS, Status.NONFINITE, Status.MAX_SEGMENTS],
+            s.status,
+        ).astype(jnp.int8)
+        return _replace(
+            s,
+            y=jnp.where(goes_on, y_next, s.y),
+            f=jnp.where(goes_on, f_next, s.f),
+            g=jnp.where(goes_on, g_next, s.g),
+            mode=jnp.where(goes_on, next_mode, s.mode),
+            h=jnp.where(goes_on, h_next, s.h),
+            segment_steps=jnp.where(goes_on, 0, s.segment_steps),
+            status=status,
         )
 
 
@@ -598,22 +604,52 @@ def _once(active, decisions):
     )
 
 
+def _plan_block(n: int, lanes: int) -> int:
+    """Points planned together: the largest whole number of vectors up to the
+    lanes' width that divides the batch (the batch itself if none does)."""
+    for block in range(min(n, lanes) // VECTOR * VECTOR, 0, -VECTOR):
+        if n % block == 0:
+            return block
+    return n
+
+
+def _planned(machine: "_Machine", point: HybridPoint, params, count, block: int) -> _Plan:
+    """machine.plan of every point of the batch, a block of points at a time;
+    blocks wholly past `count` (padding) are not planned (zeros). A short batch
+    (a small shard in a call of the run's batch size) then costs what its
+    points cost: planning a start (field, conditions' slopes, first step size)
+    costs a few solver steps per point."""
+    n = next(iter(params.values())).shape[0]
+    if block >= n:
+        return machine.plan(point, params)
+    blocks = {k: v.reshape((n // block, block) + v.shape[1:]) for k, v in params.items()}
+    shapes = jax.eval_shape(lambda p: machine.plan(point, p), {k: v[0] for k, v in blocks.items()})
+
+    def one(index_and_params):
+        index, part = index_and_params
+        return jax.lax.cond(
+            index * block < count,
+            lambda: machine.plan(point, part),
+            lambda: jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shapes),
+        )
+
+    planned = jax.lax.map(one, (jnp.arange(n // block), blocks))
+    # (blocks, ..., block) -> (..., blocks * block): points last, in order.
+    return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, -2).reshape(a.shape[1:-1] + (n,)), planned)
+
+
+def _replace_solution(solution: HybridSolution, **changes) -> HybridSolution:
+    return eqx.tree_at(lambda s: tuple(getattr(s, k) for k in changes), solution, tuple(changes.values()))
+
+
 def _replace(lane: _Lane, **changes) -> _Lane:
     return eqx.tree_at(lambda lane_: tuple(getattr(lane_, k) for k in changes), lane, tuple(changes.values()))
 
 
-def _solution(lane: _Lane) -> HybridSolution:
-    return HybridSolution(
-        t=lane.t,
-        y=lane.y,
-        mode=lane.mode,
-        status=lane.status,
-        num_steps=lane.steps,
-        num_events=lane.events,
-        event_t=lane.event_t,
-        event_y=lane.event_y,
-        event_code=lane.event_code,
-    )
+def _end(lane: _Lane) -> dict:
+    """The fields of a lane's HybridSolution written when its point finishes."""
+    return {"t": lane.t, "y": lane.y, "mode": lane.mode, "status": lane.status, "num_steps": lane.steps,
+            "num_events": lane.events}
 
 
 def solve_batch(
@@ -636,7 +672,7 @@ def solve_batch(
     # Every lane array keeps the lane axis last: a lane's state components are
     # then rows, contiguous across lanes, and XLA vectorises each operation over
     # lanes (with the lane axis first, ~3x slower per solver step on CPU).
-    plan = machine.plan(point, params)
+    plan = _planned(machine, point, params, count, _plan_block(n, lanes) if not accelerator else n)
     dtype = plan.y.dtype
     n_seg, n_state = point.system.event_rows(settings.max_segments), plan.y.shape[0]
 
@@ -664,9 +700,6 @@ def solve_batch(
             segment_steps=full(0, jnp.int32),
             status=full(Status.PENDING, jnp.int8),
             events=full(0, jnp.int32),
-            event_t=full(jnp.nan, dtype, n_seg),
-            event_y=full(jnp.nan, dtype, n_seg, n_state),
-            event_code=full(-1, jnp.int32, n_seg),
             locating=full(False, bool),
             span=full(0, dtype),
         )
@@ -684,24 +717,55 @@ def solve_batch(
             return jnp.where(takes, new_value, old_value)
 
         lane = jax.tree_util.tree_map(pick, started(take(plan, jnp.minimum(new, n - 1)), new), lane)
-        lane = eqx.tree_at(lambda lane_: lane_.point, lane, jnp.where(free, jnp.where(takes, new, n), lane.point))
-        return lane, next_point + jnp.sum(free)
+        # A free lane left without a point idles: it takes no more steps (its
+        # start may be an unplanned row of padding) and is never written.
+        idle = free & ~takes
+        return _replace(
+            lane, point=jnp.where(idle, n, lane.point), status=jnp.where(idle, _IDLE, lane.status)
+        ), next_point + jnp.sum(free)
 
-    results = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape[:-1] + (n,), a.dtype), _solution(empty))
+    # The solutions, points last. Events are written into their point's log as
+    # they are located, not carried by the lanes: refilling, gathering and
+    # putting back lanes then moves their state, not a log of max_segments
+    # states each (the landing map's log is 8 times its state).
+    results = HybridSolution(
+        **{k: jnp.zeros(a.shape[:-1] + (n,), a.dtype) for k, a in _end(empty).items()},
+        event_t=jnp.full((n_seg, n), jnp.nan, dtype),
+        event_y=jnp.full((n_seg, n_state, n), jnp.nan, dtype),
+        event_code=jnp.full((n_seg, n), -1, jnp.int32),
+    )
+
+    def rows_of(lane, chosen):
+        """The points' rows where `chosen`; elsewhere distinct rows past the end,
+        which writes drop: every index is then unique. (Sent to one spare row, they
+        made XLA:GPU serialise the scatter's colliding writes as atomics.)"""
+        width = lane.point.shape[0]
+        return jnp.where(chosen & (lane.point < n), lane.point, n + jnp.arange(width, dtype=lane.point.dtype))
 
     def write(lane, results, finished):
-        # Lanes that finished nothing write to distinct rows past the end, which
-        # are dropped: every index is then unique. (Sent to one spare row, they
-        # made XLA:GPU serialise the scatter's colliding writes as atomics.)
-        width = lane.point.shape[0]
-        row = jnp.where(finished, lane.point, n + jnp.arange(width, dtype=lane.point.dtype))
-        return jax.tree_util.tree_map(
-            lambda out, value: out.at[..., row].set(value, mode="drop", unique_indices=True),
+        row = rows_of(lane, finished)
+        return _replace_solution(results, **{
+            k: getattr(results, k).at[..., row].set(value, mode="drop", unique_indices=True)
+            for k, value in _end(lane).items()
+        })
+
+    def record(search: _Search, results):
+        """The crossings located in this flush, into their points' event logs."""
+        lane = search.lane
+        row = rows_of(lane, search.located)
+        k = jnp.clip(lane.events - 1, 0, n_seg - 1)
+
+        def put(log, value):
+            return log.at[k, ..., row].set(value, mode="drop", unique_indices=True)
+
+        return _replace_solution(
             results,
-            _solution(lane),
+            event_t=put(results.event_t, lane.t),
+            event_y=results.event_y.at[k, :, row].set(lane.y.T, mode="drop", unique_indices=True),
+            event_code=put(results.event_code, search.code),
         )
 
-    def locate_parked(lane):
+    def locate_parked(lane, results):
         """Lanes parked at a crossing locate it: up to 1/_LOCATE_SHARE of the lanes
         at a time (the rest wait for the next flush), gathered into a narrow loop of
         Newton re-steps, then put back."""
@@ -714,14 +778,14 @@ def solve_batch(
         search = jax.lax.while_loop(
             lambda n: jnp.any((n.lane.status == Status.PENDING) & n.lane.locating), machine.locate, search
         )
+        results = record(search, results)
         # Put back what locating changes; out-of-bounds indices (no lane) drop.
         back = jnp.where(valid, index, width)
-        located = search.lane
-        changed = ("t", "y", "f", "g", "mode", "h", "segment_steps", "status", "events", "event_t", "event_y",
-                   "event_code", "locating", "span")
+        located = machine.events(search)
+        changed = ("t", "y", "f", "g", "mode", "h", "segment_steps", "status", "events", "locating", "span")
         return _replace(
             lane, **{k: getattr(lane, k).at[..., back].set(getattr(located, k), mode="drop") for k in changed}
-        )
+        ), results
 
     def loop(lane, results, next_point, keep_going):
         """Step the lanes while keep_going(lane, next_point). A lane that finishes,
@@ -736,7 +800,7 @@ def solve_batch(
         threshold = max(1, width // _FLUSH_SHARE)
 
         def flush(lane, results, next_point):
-            lane = locate_parked(lane)
+            lane, results = locate_parked(lane, results)
             finished = (lane.status != Status.PENDING) & (lane.point < n)
             results = write(lane, results, finished)
             if width == lanes:
@@ -777,12 +841,15 @@ def solve_batch(
     busy = jnp.nonzero(running(lane), size=tail, fill_value=0)[0]
     narrow = take(lane, busy)
     still_busy = jnp.arange(tail) < jnp.sum(running(lane))
-    narrow = eqx.tree_at(lambda lane_: lane_.point, narrow, jnp.where(still_busy, narrow.point, n))
+    # Lanes past the busy ones (copies of lane 0) idle.
+    narrow = _replace(
+        narrow, point=jnp.where(still_busy, narrow.point, n), status=jnp.where(still_busy, narrow.status, _IDLE)
+    )
     _, results, _ = loop(narrow, results, next_point, lambda lane, next_point: jnp.any(lane.point < n))
     return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, -1, 0), results)
 
 
-# Points of one call on CPU when the sweep does not say (a small sweep gets
+# Points of one call on CPU when neither the sweep nor the study says (a small sweep gets
 # fewer, see engine.solve.plan). Large calls pay the drain of their last lanes
 # less often: shards of 25,000 points measured 6% faster end to end in one call
 # than in four calls of 8,192.
@@ -820,7 +887,7 @@ class LanesSolver(BatchSolver):
     def default_batch(self, study, device: Device) -> int:
         if device.accelerator and device.memory:
             return memory_batch(device, LANE_BYTES // POINTS_PER_LANE + POINT_BYTES)
-        return CPU_BATCH
+        return study.batch_size or CPU_BATCH
 
     def default_width(self, batch: int, device: Device) -> int:
         lanes = max(1, batch // POINTS_PER_LANE)
