@@ -49,7 +49,8 @@ _PAIRS = ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3))
 _OTHERS = ((2, 3), (1, 3), (1, 2), (0, 3), (0, 2), (0, 1))
 # Labels at v = 0+ by the number of real roots there. Two real and a pair (on the
 # imaginary axis at v = 0): in descending real part weave, the pair, caster.
-_INITIAL = {4: jnp.array([0, 1, 2, 3]), 2: jnp.array([0, 3, 1, 2]), 0: jnp.array([0, 1, 2, 3])}
+# int32 whether or not float64 (and with it int64) is on when the module is imported.
+_INITIAL = {n: jnp.array(order, jnp.int32) for n, order in ((4, [0, 1, 2, 3]), (2, [0, 3, 1, 2]), (0, [0, 1, 2, 3]))}
 
 
 def tracked_eigenvalues(matrices, g, v):
@@ -76,7 +77,7 @@ def _real_roots_at_rest(poly):
     disc = b * b - 4 * a * c
     root = jnp.sqrt(jnp.maximum(disc, 0.0))
     nonnegative = ((-b + root) >= 0).astype(int) + ((-b - root) >= 0).astype(int)  # a = det M > 0
-    return jnp.where(disc < 0, 0, 2 * nonnegative)
+    return jnp.where(disc < 0, 0, 2 * nonnegative).astype(jnp.int32)
 
 
 def _labels(poly, speed):
@@ -106,7 +107,8 @@ def _labels(poly, speed):
             same = (polyval(disc, mid) > 0) == lo_positive
             lo, hi = jnp.where(same, mid, lo), jnp.where(same, hi, mid)
         new_slots, new_count = _collision(poly, jnp.sqrt((lo + hi) / 2), slots, count)
-        return i + 1, pending & ~here, new_slots, new_count, slots, count
+        # The loop's carry keeps its types: sums and selects of int32 give int64 under float64.
+        return i + 1, pending & ~here, new_slots.astype(slots.dtype), new_count.astype(count.dtype), slots, count
 
     # A loop over the collisions that are there (most designs: one or none); a lane
     # with fewer waits unchanged, so its result does not depend on its neighbours.
