@@ -90,9 +90,11 @@ STUDY = Study(
     demo_configs=demo_configs(__package__),
     constraints=CONSTRAINTS,
     # A call's cost is mostly XLA's fixed cost per kernel of each step (~25 of them)
-    # up to a few dozen points: 48 points cost about what 16 do, and a shard of the
-    # study's sweeps (35 points, configs/hoop_profiles.toml) is one call.
-    batch_size=48,
+    # up to a few dozen points: 64 points cost about what 16 do, and a shard of the
+    # study's sweeps (35 points, configs/hoop_profiles.toml) is one call. Measured
+    # on 117 shapes, 2 cores: shards of 63 points (two calls, one per core) 190
+    # points/s; shards of 35 (five calls of 27 or 9 points) 68-75.
+    batch_size=64,
 )
 
 assert np.all(admissible(0.13, 0.5, 0.01, 9.81, 0.0, 1.0))
