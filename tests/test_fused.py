@@ -26,6 +26,7 @@ from engine.solve._lane_jaxpr import LaneFunction, Unfusable, from_list
 from engine.solve.plan import default_solver, solver_of
 from studies.hoop import STUDY as HOOP
 from studies.pingpong import STUDY as PINGPONG
+from studies.rebound import LANDING
 
 import pingpong_closed_form as cf
 from conftest import PINGPONG_DEFAULTS
@@ -202,6 +203,23 @@ def _ball_with(field):
 
 
 ERF_BALL = _ball_with(lambda t, y, p: jnp.stack([y[1], -9.81 * erf(1.0 + 0 * y[1])]))
+def test_serve_landing_agrees_with_the_lanes():
+    """A study with a reset, a terminal net event and an event log read by its
+    finish: every outcome class of the landing map (in, net, out, double bounce)."""
+    rng = np.random.default_rng(1)
+    n = 32
+    columns = {p.name: np.full(n, p.default) for p in LANDING.parameters}
+    columns["launch_speed"] = rng.uniform(3.0, 25.0, n)
+    columns["elevation"] = rng.uniform(-10.0, 40.0, n)
+    columns["topspin"] = rng.uniform(-300.0, 300.0, n)
+    fused, lanes = (_solve(LANDING, s, columns) for s in ("fused", "lanes"))
+    assert len(set(lanes.outputs["outcome"][lanes.status == Status.SUCCESS])) >= 3  # several outcome classes
+    np.testing.assert_array_equal(fused.status, lanes.status)
+    np.testing.assert_array_equal(fused.outputs["outcome"], lanes.outputs["outcome"])
+    for name, values in fused.outputs.items():
+        np.testing.assert_allclose(values, lanes.outputs[name], rtol=0, atol=1e-9, err_msg=name)
+
+
 LOOP_BALL = _ball_with(lambda t, y, p: jax.lax.fori_loop(0, 2, lambda i, v: v, jnp.stack([y[1], -9.81 + 0 * y[0]])))
 
 
@@ -209,6 +227,7 @@ def test_why_a_study_cannot_be_fused():
     fused = SOLVERS["fused"]
     assert fused.unsupported(PINGPONG) is None
     assert fused.unsupported(NATURAL) is None and fused.unsupported(BLOCK) is None
+    assert fused.unsupported(LANDING) is None
     assert "HybridPoint" in fused.unsupported(HOOP)
     assert "erf" in fused.unsupported(ERF_BALL) and "lower" in fused.unsupported(ERF_BALL)
     assert "mode flight uses scan" in fused.unsupported(LOOP_BALL)
@@ -242,7 +261,8 @@ CUDA_PLUGIN = importlib.util.find_spec("jax_cuda12_plugin") is not None or bool(
     (PINGPONG, ("stop_time",), SolverSettings(solver="Dopri8", dtype="float32", rtol=1e-6, atol=1e-8)),
     (NATURAL, ("last_impact",), SolverSettings()),
     (BLOCK, ("position", "stop_time"), SolverSettings()),
-], ids=["pingpong", "pingpong-dopri8-float32", "ball", "block"])
+    (LANDING, ("outcome", "landing_x", "bounce_x", "net_clearance"), SolverSettings(rtol=1e-9, atol=1e-11)),
+], ids=["pingpong", "pingpong-dopri8-float32", "ball", "block", "landing"])
 def test_kernel_lowers_for_cuda(study, selected, settings):
     """The whole batch function exported for CUDA: the kernel is one Triton
     custom call (what Triton cannot lower fails here, not on the GPU)."""

@@ -110,26 +110,35 @@ def _finish(p, sol, settings):
     dtype = jnp.dtype(settings.dtype)
     codes, ys = sol.event_code, sol.event_y
     last = jnp.maximum(sol.num_events - 1, 0)
-    end_code, end = codes[last], sol.y
-    bounced = (codes == TABLE) & (jnp.arange(codes.size) < last)
-    own_bounce = jnp.argmax(bounced)
-    has_bounce = jnp.any(bounced)
+    nan = jnp.full((), jnp.nan, dtype)
+    # The event log read entry by entry (a few): selects only, no index that
+    # depends on the point and no argmax, so that a GPU kernel can evaluate it.
+    end_code = codes[0]
+    bounce, has_bounce = (nan, nan), jnp.asarray(False)
+    crossing_height, crossed = nan, jnp.asarray(False)
+    for k in reversed(range(codes.shape[0])):  # the earliest entry wins
+        end_code = jnp.where(last == k, codes[k], end_code)
+        bounced = (codes[k] == TABLE) & (k < last)
+        bounce = tuple(jnp.where(bounced, ys[k, i], b) for i, b in enumerate(bounce))
+        has_bounce |= bounced
+        crossing_height = jnp.where(codes[k] == NET, ys[k, 2], crossing_height)
+        crossed |= codes[k] == NET
+    end = sol.y
     at_net = end_code == NET
     landed_far = (end_code == TABLE) & _inside(end) & (end[0] >= NET_X)
     landed_near = (end_code == TABLE) & _inside(end) & (end[0] < NET_X)
-    outcome = jnp.select([at_net, landed_far, landed_near], [NET_FAULT, IN, DOUBLE_BOUNCE], OUT).astype(dtype)
-    nan = jnp.full((), jnp.nan, dtype)
-    crossed = codes == NET
+    outcome = jnp.where(at_net, NET_FAULT, jnp.where(landed_far, IN, jnp.where(landed_near, DOUBLE_BOUNCE, OUT)))
+    outcome = outcome.astype(dtype)
     outputs = {
         "outcome": outcome,
         "lands_in": (outcome == IN).astype(dtype),
         "landing_x": jnp.where(at_net, nan, end[0]),
         "landing_y": jnp.where(at_net, nan, end[1]),
         "flight_time": sol.t,
-        "bounce_x": jnp.where(has_bounce, ys[own_bounce, 0], nan),
-        "bounce_y": jnp.where(has_bounce, ys[own_bounce, 1], nan),
+        "bounce_x": jnp.where(has_bounce, bounce[0], nan),
+        "bounce_y": jnp.where(has_bounce, bounce[1], nan),
         # Height above the net top where the centre crossed the net plane.
-        "net_clearance": jnp.where(jnp.any(crossed), ys[jnp.argmax(crossed), 2] - NET_HEIGHT - p["radius"], nan),
+        "net_clearance": jnp.where(crossed, crossing_height - NET_HEIGHT - p["radius"], nan),
     }
     # A flight that reached the horizon without touching anything has no landing.
     no_event = (sol.status == Status.SUCCESS) & (sol.num_events == 0)
