@@ -53,11 +53,31 @@ def installed(tmp_path_factory):
     return wheel, base / "site"
 
 
-def _rollsweep(site: pathlib.Path, cwd: pathlib.Path, *args) -> subprocess.CompletedProcess:
+# The environment's editable install of the checkout answers imports of its
+# packages (engine.solve, say) before the path is searched: without it, only
+# the wheel's files can be imported.
+WHEEL_ONLY = (
+    "import sys; editable = lambda x: x.__module__.startswith('__editable__'); "
+    "sys.meta_path[:] = [f for f in sys.meta_path if not editable(f)]; "
+    "sys.path_hooks[:] = [h for h in sys.path_hooks if not editable(h)]; "
+)
+
+
+def _python(site: pathlib.Path, cwd: pathlib.Path, code: str, *args) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(site)}
-    code = "import sys, engine.cli; sys.exit(engine.cli.main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=cwd, env=env,
-                          timeout=300)
+    return subprocess.run([sys.executable, "-c", WHEEL_ONLY + code, *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=300)
+
+
+def _rollsweep(site: pathlib.Path, cwd: pathlib.Path, *args) -> subprocess.CompletedProcess:
+    return _python(site, cwd, "import engine.cli; sys.exit(engine.cli.main(sys.argv[1:]))", *args)
+
+
+def test_wheel_ships_every_package_of_the_checkout(installed):
+    wheel, _ = installed
+    names = set(zipfile.ZipFile(wheel).namelist())
+    packages = [p.relative_to(ROOT) for top in ("engine", "studies") for p in (ROOT / top).rglob("__init__.py")]
+    assert packages and not [str(p) for p in packages if str(p) not in names]
 
 
 def test_wheel_ships_job_templates_not_the_harness(installed):
@@ -70,9 +90,9 @@ def test_wheel_ships_job_templates_not_the_harness(installed):
 
 def test_installed_wheel_submits_dry_run_from_outside_the_checkout(installed, tmp_path):
     _, site = installed
-    probe = subprocess.run([sys.executable, "-c", "import engine, sys; print(engine.__file__)"], capture_output=True,
-                           text=True, cwd=tmp_path, env=os.environ | {"PYTHONPATH": str(site)})
-    assert pathlib.Path(probe.stdout.strip()).is_relative_to(site), probe.stdout + probe.stderr
+    probe = _python(site, tmp_path, "import engine.solve; print(engine.__file__); print(engine.solve.__file__)")
+    assert probe.returncode == 0 and all(pathlib.Path(f).is_relative_to(site) for f in probe.stdout.split()), (
+        probe.stdout + probe.stderr)
     config = tmp_path / "sweep.toml"
     config.write_text(f'study = "pingpong"\n[axes]\nspin_ratio = {{ linspace = [0.0, 3.0, 11] }}\n'
                       f'[run]\nshard_size = 4\nout = "{tmp_path / "cube.zarr"}"\n')
