@@ -14,14 +14,16 @@ PACKAGES = ("rollsweep", "jax", "jaxlib", "diffrax", "equinox", "optimistix", "x
 # Both are fixed for the life of a process (it runs the code it imported):
 # asked once, not at every store it creates (~15 ms).
 @functools.cache
+def package_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+@functools.cache
 def versions() -> dict:
-    found = {}
-    for name in PACKAGES:
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            found[name] = "not installed"
-    return found
+    return {name: package_version(name) for name in PACKAGES}
 
 
 @functools.cache

@@ -17,7 +17,6 @@ and warm runs compile the same module and give bitwise the same results.
 
 import functools
 import hashlib
-import importlib.metadata
 import json
 import os
 import pathlib
@@ -26,7 +25,7 @@ import uuid
 import jax
 
 from .._jax_setup import cache_dir
-from .._provenance import folder_digest, study_folder
+from .._provenance import folder_digest, package_version, study_folder
 
 # Version of the key and the file format: a change invalidates every entry.
 FORMAT = 1
@@ -38,17 +37,6 @@ ENGINE = pathlib.Path(__file__).resolve().parent.parent
 @functools.cache
 def _engine_source() -> str:
     return folder_digest(ENGINE, "*.py")
-
-
-@functools.cache
-def _versions() -> dict:
-    found = {}
-    for name in PACKAGES:
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            found[name] = None
-    return found
 
 
 def program_key(study, settings, selected, plan, args) -> str | None:
@@ -63,7 +51,7 @@ def program_key(study, settings, selected, plan, args) -> str | None:
         "format": FORMAT,
         "study": [study.name, study.version, folder_digest(folder)],
         "engine": _engine_source(),
-        "versions": _versions(),
+        "versions": {name: package_version(name) for name in PACKAGES},
         "backend": [device.platform, device.device_kind, jax.config.jax_enable_x64],
         "settings": repr(settings),
         "selected": list(selected),
