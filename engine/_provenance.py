@@ -59,20 +59,23 @@ def study_folder(study) -> pathlib.Path | None:
 
 
 def study_fingerprint(study) -> str:
-    """A hash of the study package's source (every *.py file of its folder, by
-    relative path and content): a cube made by other code of the same study
-    version says so."""
+    """A hash of the study package's files, code and data (see folder_digest): a
+    cube made by other files of the same study version says so. The exported
+    programs' keys (engine.solve.exported) hash the same files."""
     folder = study_folder(study)
-    return "unknown" if folder is None else folder_digest(folder, "*.py")
+    return "unknown" if folder is None else folder_digest(folder)
 
 
 def folder_digest(folder: pathlib.Path, pattern: str = "*") -> str:
     """A hash of the files below `folder` matching `pattern`, by relative path and
-    content (Python's byte-code caches left out)."""
+    content. Left out: Python's byte-code caches, and cubes and their lock files
+    (a sweep may write its cube into a study's folder while it runs)."""
     digest = hashlib.sha256()
     for file in sorted(folder.rglob(pattern)):
-        if file.is_file() and "__pycache__" not in file.parts:
-            digest.update(file.relative_to(folder).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
+        relative = file.relative_to(folder)
+        written = "__pycache__" in relative.parts or any(p.endswith((".zarr", ".zarr.lock")) for p in relative.parts)
+        if file.is_file() and not written:
+            digest.update(relative.as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
