@@ -55,7 +55,9 @@ def program_key(study, settings, selected, plan, args) -> str | None:
         "backend": [device.platform, device.device_kind, jax.config.jax_enable_x64],
         "settings": repr(settings),
         "selected": list(selected),
-        "plan": repr(plan),
+        # What the batch function is made from; not the host's cores or the device's
+        # memory, which would make processes with other allocations trace again.
+        "plan": [plan.solver, plan.batch, plan.width, plan.device.platform],
         "args": [str(tree)] + [[jax.tree_util.keystr(p), list(v.shape), str(v.dtype)] for p, v in leaves],
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
