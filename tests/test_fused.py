@@ -160,7 +160,9 @@ def _vmapped(fn, *args):
     lambda y, p: jax.lax.cond(p > 0.5, lambda: y * 2.0, lambda: -y),  # per lane: both branches, selected
     lambda y, p: jnp.where(y > p, jnp.clip(y, 0.1, 0.4), jnp.sign(y) * jnp.abs(y) ** 1.5),
     lambda y, p: jnp.reshape(jnp.outer(y[:2], y[1:]), (-1,))[1:4] + jnp.arange(3.0),
-], ids=["stack-reduce", "scatter", "gather", "cond", "where-clip-pow", "reshape-iota"])
+    # Reductions are folded into the operation they repeat, which is what must lower.
+    lambda y, p: jnp.where(jnp.any(y > p) & jnp.all(y < 1.0), jnp.prod(y), -y),
+], ids=["stack-reduce", "scatter", "gather", "cond", "where-clip-pow", "reshape-iota", "any-all-prod"])
 def test_point_functions_on_lanes_match_vmap(fn):
     rng = np.random.default_rng(0)
     y, p = rng.uniform(-1, 1, (3, 16)), rng.uniform(0, 1, 16)

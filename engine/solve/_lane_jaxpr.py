@@ -152,7 +152,8 @@ def _check(jaxpr, name: str):
     for eqn in jaxpr.eqns:
         prim = eqn.primitive
         if prim in _ELEMENTWISE or prim in _REDUCTIONS:
-            if not backend.supports(prim):
+            # A reduction over a point's components becomes the operation it repeats.
+            if not backend.supports(_REDUCTIONS.get(prim, prim)):
                 raise Unfusable(f"{name} uses {prim.name}, which the GPU kernel backend cannot lower")
         elif prim not in _STRUCTURAL and prim not in _CALLS and prim is not lax.cond_p:
             raise Unfusable(f"{name} uses {prim.name}, which the fused kernel cannot evaluate on lanes")
