@@ -378,15 +378,22 @@ class _Kernel:
             s["status"],
         )
         # Locating starts from the cubic's root of the earliest crossed condition
-        # (lanes' start_locating, with the step just taken).
+        # (lanes' start_locating, with the step just taken): computed only in an
+        # iteration where some lane detected a crossing (a few in a hundred).
         parked_span = t1 - t
-        roots = [jnp.where(c, hermite_root(a, da, b, db, parked_span, d), jnp.inf)
-                 for c, a, da, b, db, d in zip(crossings, s["g"], s["dg"], g1, dg1, self.directions or [None],
-                                               strict=True)]
-        first, best = jnp.zeros_like(mode), roots[0]
-        for j in range(1, len(roots)):
-            smaller = roots[j] < best
-            first, best = jnp.where(smaller, j, first), jnp.where(smaller, roots[j], best)
+
+        def earliest_root():
+            roots = [jnp.where(c, hermite_root(a, da, b, db, parked_span, d), jnp.inf)
+                     for c, a, da, b, db, d in zip(crossings, s["g"], s["dg"], g1, dg1, self.directions or [None],
+                                                   strict=True)]
+            first, best = jnp.zeros_like(mode), roots[0]
+            for j in range(1, len(roots)):
+                smaller = roots[j] < best
+                first, best = jnp.where(smaller, j, first), jnp.where(smaller, roots[j], best)
+            return first, best
+
+        first, best = jax.lax.cond(backend.any_lane(detect), earliest_root,
+                                   lambda: (jnp.zeros_like(mode), jnp.zeros_like(t)))
 
         # ---- a re-step of a lane locating its crossing (lanes' _Machine.locate)
         code, dt, lo, hi = s["code"], s["dt"], s["lo"], s["hi"]
