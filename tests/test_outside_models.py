@@ -128,8 +128,8 @@ def test_more_than_a_hundred_events_a_point(solver):
 def test_condition_that_starts_at_zero(solver):
     """Launched upward from the ground (h = 0 at t = 0): the root at the start is
     not an impact; the first is at 2 v / G. Launched downward from the ground:
-    the ball is at a root moving down, which is also not a crossing, so it ends
-    out of steps below ground (no silent success)."""
+    the ball is at a root moving down, which is also not a crossing, so it falls
+    below ground until the horizon, which ends it unfound (no silent success)."""
     speeds = np.array([1.0, 3.0, 7.0])
     result = _solve(NATURAL, solver, _columns(NATURAL, height=0.0, speed=speeds, bounces=3.0))
     np.testing.assert_array_equal(result.status, Status.SUCCESS)

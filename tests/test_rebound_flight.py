@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from engine import SolverSettings, Status
-from engine.solve import evaluate
+from engine.solve import evaluate, make_plan
 from studies.rebound import LANDING
 from studies.rebound._bounce import table_bounce
 from studies.rebound._fit import learned_coefficients
@@ -91,8 +91,8 @@ def test_lanes_agree_with_the_per_point_solve():
     speed, elevation = np.meshgrid(np.linspace(3.0, 15.0, 4), np.linspace(-20.0, 12.0, 4))
     columns = {k: np.full(speed.size, v) for k, v in LANDING.defaults.items()} | {
         "launch_speed": speed.ravel(), "elevation": elevation.ravel(), "topspin": np.tile([-150.0, 150.0], 8)}
-    on_lanes = evaluate(LANDING, SETTINGS, columns, batch_size=16)
-    per_point = evaluate(LANDING, SETTINGS, columns, batch_size=16, lanes=0)
+    on_lanes = evaluate(LANDING, SETTINGS, columns, plan=make_plan(LANDING, solver="lanes", batch=16))
+    per_point = evaluate(LANDING, SETTINGS, columns, plan=make_plan(LANDING, solver="vmapped", batch=16))
     np.testing.assert_array_equal(on_lanes.status, per_point.status)
     np.testing.assert_array_equal(on_lanes.num_events, per_point.num_events)
     np.testing.assert_array_equal(on_lanes.outputs["outcome"], per_point.outputs["outcome"])

@@ -14,7 +14,7 @@ from conftest import cubes_identical, sweep_file
 GRIDS = {
     "rebound": "vx = { linspace = [1.0, 8.0, 5] }\nwy = { linspace = [-200.0, 200.0, 9] }\n"
                "model = { values = [0, 1, 2] }",
-    "rebound_regime": "spin_ratio = { linspace = [-1.0, 1.0, 41] }\nincidence_angle = { linspace = [0.0, 89.9, 60] }",
+    "rebound_regime": "spin_ratio = { linspace = [-1.0, 1.0, 21] }\nincidence_angle = { linspace = [0.0, 89.9, 10] }",
     "rebound_table1": "model = { values = [0, 1, 2] }\nsample = { linspace = [1, 12, 12] }",
     "rebound_landing": "topspin = { values = [-150.0, 150.0] }\nelevation = { linspace = [-25.0, 15.0, 7] }\n"
                        "launch_speed = { linspace = [3.0, 15.0, 5] }",
