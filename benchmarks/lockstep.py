@@ -12,7 +12,6 @@ traced program; points/s are timed on the uninstrumented ones, in turns
 """
 
 import argparse
-import contextlib
 import time
 
 import numpy as np
@@ -22,37 +21,9 @@ add_tests_to_path()
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from bench_pingpong import ATOL, RTOL, diffrax_final  # noqa: E402
+from lockstep_count import lockstep_iterations  # noqa: E402
 
 import pingpong_closed_form as cf  # noqa: E402
-
-
-@contextlib.contextmanager
-def counting_loops(counts: list):
-    """Every while_loop traced inside the block appends to `counts` once per
-    lockstep iteration when the program runs."""
-    original = jax.lax.while_loop
-
-    def counted(cond, body, init):
-        def body_counted(carry):
-            jax.debug.callback(lambda: counts.append(1))
-            return body(carry)
-
-        return original(cond, body_counted, init)
-
-    jax.lax.while_loop = counted
-    try:
-        yield
-    finally:
-        jax.lax.while_loop = original
-
-
-def iterations(make, args) -> int:
-    counts = []
-    with counting_loops(counts):
-        fn = jax.jit(make())
-        jax.block_until_ready(fn(*args))
-    jax.effects_barrier()
-    return len(counts)
 
 
 def rates(methods, points, rounds=7) -> list[float]:
@@ -101,8 +72,8 @@ def main():
     speeds = rates([(make, call_args) for _, make, call_args, _ in methods], args.points)
     print(f"{'method':<40} {'iterations':>10} {'points/s':>10} {'max |x - closed form|':>22}")
     for (name, make, call_args, x), speed in zip(methods, speeds, strict=True):
-        print(f"{name:<40} {iterations(make, call_args):>10} {speed:>10,.0f} {np.max(np.abs(x - exact)):>22.2e}",
-              flush=True)
+        count = lockstep_iterations(make(), *call_args)
+        print(f"{name:<40} {count:>10} {speed:>10,.0f} {np.max(np.abs(x - exact)):>22.2e}", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+from lockstep_count import lockstep_iterations
 
 from engine import HybridSystem, Mode, SolverSettings, Status, Transition
 
@@ -75,27 +76,6 @@ def test_event_log_is_as_long_as_the_mode_graph_allows():
     assert sol.event_t.shape == (3,) and sol.event_y.shape == (3, 2)
 
 
-def _lockstep_iterations(fn, *args) -> int:
-    """Iterations of every while loop of one vmapped call: a callback in each
-    loop's body runs once per lockstep iteration, whatever the batch width."""
-    counts, original = [], jax.lax.while_loop
-
-    def counted(cond, body, init):
-        def body_counted(carry):
-            jax.debug.callback(lambda: counts.append(1))
-            return body(carry)
-
-        return original(cond, body_counted, init)
-
-    jax.lax.while_loop = counted
-    try:
-        jax.block_until_ready(jax.jit(fn)(*args))
-    finally:
-        jax.lax.while_loop = original
-    jax.effects_barrier()
-    return len(counts)
-
-
 def test_vmapped_lanes_that_finished_or_did_not_cross_cost_the_batch_nothing():
     """Under vmap every loop runs until its slowest lane is done. A ball that
     stops after 2 bounces, solved beside one that goes on for 6 along the same
@@ -120,8 +100,8 @@ def test_vmapped_lanes_that_finished_or_did_not_cross_cost_the_batch_nothing():
     def solve(bounces):
         return jax.vmap(lambda b: counted.solve(jnp.array([H, 0.0, 0.0]), 0, b, settings).t)(bounces)
 
-    alone = _lockstep_iterations(solve, jnp.array([6.0]))
-    beside = _lockstep_iterations(solve, jnp.array([6.0, 2.0]))
+    alone = lockstep_iterations(solve, jnp.array([6.0]))
+    beside = lockstep_iterations(solve, jnp.array([6.0, 2.0]))
     # The one allowance: diffrax's stage loop takes one stage more on a solve's
     # first step (FSAL), and a finished lane, which takes no step, stays at its
     # first: one stage per step the other lane takes after it finished.
