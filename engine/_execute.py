@@ -161,15 +161,19 @@ def _pin_threads(devices):
     return pin
 
 
-def _on_pinned_device(fn, *args):
-    """fn(*args) with this thread's compiled calls on its pinned device (if any)."""
-    device = getattr(_PINNED, "device", None)
+def _on_device(device, fn, *args):
+    """fn(*args) with this thread's compiled calls on `device` (None: JAX's default)."""
     if device is None:
         return fn(*args)
     import jax
 
     with jax.default_device(device):
         return fn(*args)
+
+
+def _on_pinned_device(fn, *args):
+    """fn(*args) on this thread's pinned device (if any)."""
+    return _on_device(getattr(_PINNED, "device", None), fn, *args)
 
 
 def _worker_device():
@@ -202,13 +206,7 @@ def solve_shard(text: str, file: str, out: str, kind: str, shard: int) -> dict:
     JAX settings are changed for this task's thread only while it runs."""
     with task_settings():
         check_device()
-        device = _worker_device()
-        if device is None:
-            return RUNNERS[kind](_worker_sweep(text, file, out), out, shard)
-        import jax
-
-        with jax.default_device(device):
-            return RUNNERS[kind](_worker_sweep(text, file, out), out, shard)
+        return _on_device(_worker_device(), RUNNERS[kind], _worker_sweep(text, file, out), out, shard)
 
 
 @contextlib.contextmanager
