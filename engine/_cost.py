@@ -25,6 +25,8 @@ class Cost:
     critical_points: int
     critical_shards: int
     memory_budget: int
+    call_bytes: int  # one compiled call's memory beyond the shard's arrays
+    device_memory: int | None  # what one accelerator may allocate (None on CPU)
 
     def describe(self) -> str:
         lines = [
@@ -58,17 +60,13 @@ def plan_for(sweep: Sweep) -> Plan:
     return make_plan(sweep.study, batch=sweep.batch_size, points=math.prod(sweep.shape))
 
 
-def working_bytes(sweep: Sweep) -> int:
-    """Memory of one compiled call beyond the shard's own arrays."""
-    plan = plan_for(sweep)
-    return solver_of(plan).working_bytes(plan)
-
-
 def estimate(sweep: Sweep, workers: int = 1) -> Cost:
     grid, critical = layouts(sweep)
+    plan = plan_for(sweep)
+    call_bytes = solver_of(plan).working_bytes(plan)
     n_values = sum(math.prod(sweep.study.outputs_by_name[n].shape) for n in sweep.outputs) + len(sweep.axes) + 3
     shard_points = math.prod(grid.chunks)
-    shard_bytes = shard_points * n_values * 8 * _COPIES + working_bytes(sweep)
+    shard_bytes = shard_points * n_values * 8 * _COPIES + call_bytes
     budget = memory_bytes() // (2 * max(1, workers))
     return Cost(
         points=grid.n_points,
@@ -78,6 +76,8 @@ def estimate(sweep: Sweep, workers: int = 1) -> Cost:
         critical_points=critical.n_points if critical else 0,
         critical_shards=critical.n_shards if critical else 0,
         memory_budget=budget,
+        call_bytes=call_bytes,
+        device_memory=plan.device.memory,
     )
 
 
@@ -91,16 +91,16 @@ def check_memory(sweep: Sweep, workers: int = 1) -> Cost:
     """Refuse a sweep whose shards (`workers` of them at once) would not fit in
     host memory, or whose compiled calls would not fit in the accelerator's."""
     cost = estimate(sweep, workers)
-    memory = plan_for(sweep).device.memory
-    if memory is not None and working_bytes(sweep) * workers > memory:
+    memory = cost.device_memory
+    if memory is not None and cost.call_bytes * workers > memory:
         raise ConfigError(
             sweep.file,
             "run.batch_size",
-            f"a compiled call needs ~{working_bytes(sweep) / 2**30:.1f} GiB of device memory, "
+            f"a compiled call needs ~{cost.call_bytes / 2**30:.1f} GiB of device memory, "
             f"{workers} at once, but the device has {memory / 2**30:.1f} GiB; lower batch_size",
         )
     if cost.shard_bytes > cost.memory_budget:
-        batch_heavy = sweep.batch_size is not None and working_bytes(sweep) > cost.shard_bytes / 2
+        batch_heavy = sweep.batch_size is not None and cost.call_bytes > cost.shard_bytes / 2
         key = "run.batch_size" if batch_heavy else "run.shard_size"
         raise ConfigError(
             sweep.file,
