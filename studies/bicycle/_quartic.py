@@ -120,13 +120,18 @@ def quartic_roots(a):
     return polish(a, roots), real
 
 
-def closest_pair_midpoint(z):
-    """Real part of the midpoint of the two closest of four roots (where two merge)."""
-    pairs = [(i, j) for i in range(4) for j in range(i + 1, 4)]
-    gaps = jnp.stack([jnp.abs(z[i] - z[j]) for i, j in pairs])
-    mids = jnp.stack([(z[i] + z[j]).real / 2 for i, j in pairs])
+# The six pairs of four roots, and for each the other two.
+PAIRS = ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3))
+OTHERS = ((2, 3), (1, 3), (1, 2), (0, 3), (0, 2), (0, 1))
+
+
+def closest_pair(z):
+    """The two closest of four roots (where two merge): a mask over PAIRS, and
+    the real part of their midpoint."""
+    gaps = jnp.stack([jnp.abs(z[i] - z[j]) for i, j in PAIRS])
+    mids = jnp.stack([(z[i] + z[j]).real / 2 for i, j in PAIRS])
     closest = first_true(gaps == jnp.min(gaps))
-    return jnp.sum(jnp.where(closest, mids, 0.0))
+    return closest, jnp.sum(jnp.where(closest, mids, 0.0))
 
 
 def first_true(mask):

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from ._polynomials import polyval, speed_polynomials
-from ._quartic import closed_form_roots, first_true, quartic_roots
+from ._quartic import OTHERS, closed_form_roots, closest_pair, first_true, quartic_roots
 
 MODES = ("weave", "weave_conjugate", "capsize", "caster")
 EVENT_GRID = 64  # nodes over (0, |v|] bracketing the discriminant's sign changes
@@ -45,8 +45,6 @@ BISECTIONS = 24  # a bracket of |v|/64 narrowed ~1.7e7 times: the collision's ro
 _MERGE_OF_FOUR_REAL = jnp.array([[2, 3, 0, 1], [0, 3, 1, 2], [0, 1, 2, 3]])  # by j
 _SPLIT_INTO_FOUR_REAL = jnp.array([[2, 3, 0, 1], [0, 2, 3, 1], [0, 1, 2, 3]])  # by j
 _KEEP, _SWAP_PAIRS = jnp.array([0, 1, 2, 3]), jnp.array([2, 3, 0, 1])
-_PAIRS = ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3))
-_OTHERS = ((2, 3), (1, 3), (1, 2), (0, 3), (0, 2), (0, 1))
 # Labels at v = 0+ by the number of real roots there. Two real and a pair (on the
 # imaginary axis at v = 0): in descending real part weave, the pair, caster.
 # int32 whether or not float64 (and with it int64) is on when the module is imported.
@@ -127,10 +125,8 @@ def _collision(poly, speed, slots, count):
     """The labels after the collision at `speed`, from those before it."""
     z, _ = closed_form_roots(poly.coefficients(speed))
     # The colliding pair: the two closest roots; q: the other two.
-    gaps = jnp.stack([jnp.abs(z[i] - z[j]) for i, j in _PAIRS])
-    closest = first_true(gaps == jnp.min(gaps))
-    double = jnp.sum(jnp.where(closest, jnp.stack([(z[i] + z[j]).real / 2 for i, j in _PAIRS]), 0.0))
-    q = [jnp.sum(jnp.where(closest, jnp.stack([z[_OTHERS[k][m]] for k in range(6)]), 0.0)) for m in (0, 1)]
+    closest, double = closest_pair(z)
+    q = [jnp.sum(jnp.where(closest, jnp.stack([z[OTHERS[k][m]] for k in range(6)]), 0.0)) for m in (0, 1)]
     q_real = (q[0].imag == 0) & (q[1].imag == 0)  # exact: the closed form makes real roots real
     above = (q[0].real > double).astype(int) + (q[1].real > double).astype(int)
     q_lower = q[0].real < double  # the other pair lies below the collision

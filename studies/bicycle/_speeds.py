@@ -17,7 +17,7 @@ NaN where there is no such speed in (0, max_speed].
 import jax.numpy as jnp
 
 from ._polynomials import polyval, speed_polynomials
-from ._quartic import closed_form_roots, closest_pair_midpoint, horner
+from ._quartic import closed_form_roots, closest_pair, horner
 
 GRID = 128  # bracketing resolution of the discriminant's first sign change over (0, max_speed]
 BISECTIONS = 20  # a bracket of max_speed/128 down to ~4e-9 of max_speed: Newton's start
@@ -82,7 +82,7 @@ def double_root_speed(matrices, g, max_speed):
     safe_v0 = jnp.where(jnp.isfinite(v0), v0, 0.0)
     roots, _ = closed_form_roots(poly.coefficients(safe_v0))
     # Start from the midpoint of the two closest roots: they are about to merge.
-    s0 = closest_pair_midpoint(roots)
+    _, s0 = closest_pair(roots)
 
     v, s = safe_v0, s0
     for _ in range(NEWTON):  # on p(s) = p'(s) = 0 in (v, s); derivatives written out, 2x2 by Cramer's rule
