@@ -2,8 +2,9 @@
 shard thread (inline) or worker process (local cluster) per device, and the cube
 bitwise equal to a one-device run.
 
-The devices are CPU devices forced by XLA_FLAGS, which must be set before JAX
-starts: the multi-device runs are subprocesses; this process has one device.
+The devices are CPU devices forced by XLA_FLAGS (and JAX_PLATFORMS=cpu, so a
+GPU machine runs the same test), which must be set before JAX starts: every run
+is a subprocess.
 """
 
 import os
@@ -12,10 +13,8 @@ import sys
 
 import pytest
 
-from engine._config import load_sweep
 from engine._cube import open_cube
 from engine._devices import solving_devices
-from engine._execute import run
 
 from conftest import cubes_identical, sweep_file
 
@@ -37,7 +36,7 @@ def regime_sweep(folder, name, executor="inline"):
 
 
 def run_on_devices(config, devices: int, *args):
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join(filter(None, (REPO, os.environ.get("PYTHONPATH")))))
     done = subprocess.run([sys.executable, "-m", "engine.cli", "run", str(config), "--quiet", *args],
                           env=env, capture_output=True, text=True, timeout=600)
@@ -48,9 +47,8 @@ def run_on_devices(config, devices: int, *args):
 @pytest.fixture(scope="module")
 def one_device_cube(tmp_path_factory):
     folder = tmp_path_factory.mktemp("one")
-    sweep = load_sweep(regime_sweep(folder, "one"))
-    run(sweep, progress=False)
-    return open_cube(sweep.out).load()
+    run_on_devices(regime_sweep(folder, "one"), 1)
+    return open_cube(folder / "one.zarr").load()
 
 
 def test_inline_shards_spread_over_every_device(tmp_path, one_device_cube):
