@@ -11,7 +11,6 @@ from engine._jax_setup import REQUIRE_GPU, DeviceError
 from engine._slurm import write_share
 from engine.cli import main
 
-
 pytestmark = pytest.mark.skipif(jax.default_backend() == "gpu", reason="this machine has the GPU the job asks for")
 
 
