@@ -41,8 +41,8 @@ def run_grid_shard(sweep: Sweep, path, shard: int) -> dict:
     values["status"] = result.status.reshape(shape)
     values["num_steps"] = result.num_steps.reshape(shape)
     values["num_events"] = result.num_events.reshape(shape)
-    write_region(path, region, values)
-    return _finish(path, GRID, shard, n, result.status, start)
+    digests = write_region(path, region, values)
+    return _finish(path, GRID, shard, n, result.status, start, digests)
 
 
 def run_critical_shard(sweep: Sweep, path, shard: int) -> dict:
@@ -65,11 +65,11 @@ def run_critical_shard(sweep: Sweep, path, shard: int) -> dict:
     roots, status = find_critical(output_at, c.bracket, c.target, c.xtol, n)
     shape = tuple(s.stop - s.start for s in region)
     name = critical_name(sweep)
-    write_region(path, region, {name: roots.reshape(shape), f"{name}_status": status.reshape(shape)})
-    return _finish(path, CRITICAL, shard, n, status, start)
+    digests = write_region(path, region, {name: roots.reshape(shape), f"{name}_status": status.reshape(shape)})
+    return _finish(path, CRITICAL, shard, n, status, start, digests)
 
 
-def _finish(path, kind, shard, n, status, start) -> dict:
+def _finish(path, kind, shard, n, status, start, digests) -> dict:
     info = {
         "kind": kind,
         "shard": shard,
@@ -77,6 +77,7 @@ def _finish(path, kind, shard, n, status, start) -> dict:
         "failed": int(np.count_nonzero(status != Status.SUCCESS)),
         "seconds": round(time.perf_counter() - start, 6),
         "device": device(),
+        "digests": digests,
     }
     mark_done(path, kind, shard, info)
     return info
