@@ -9,14 +9,10 @@ shards in flight.
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import os
 import pathlib
 import shutil
-import socket
-import threading
-import time
 import uuid
 import warnings
 import zlib
@@ -31,6 +27,7 @@ import zarr.codecs
 from ._aio import sync
 from ._config import Sweep, check_out
 from ._cost import layouts
+from ._lock import StoreError, acquire, release
 from ._provenance import provenance, study_fingerprint
 from ._status import status_attrs
 
@@ -39,10 +36,6 @@ GRID, CRITICAL = "grid", "critical"
 # Version of the on-disk layout (markers, attributes, fill values). A store of
 # another format is refused with a clear message rather than misread.
 STORE_FORMAT = 1
-
-
-class StoreError(RuntimeError):
-    """A store cannot be used for this run (another config, not a cube, ...)."""
 
 
 @contextlib.contextmanager
@@ -196,12 +189,12 @@ def prepare(sweep: Sweep, path, overwrite: bool = False) -> str:
     path = pathlib.Path(path)
     check_out(path, sweep.file, "run.out")
     path.parent.mkdir(parents=True, exist_ok=True)
-    took = _acquire(path, handover=True)
+    took = acquire(path, handover=True)
     try:
         return _prepare_owned(sweep, path, overwrite)
     except BaseException:
         if took:  # refused or interrupted: the run that would take it over never starts
-            _release(path)
+            release(path)
         raise
 
 
@@ -272,82 +265,6 @@ def check_format(path, attrs=None) -> None:
             f"{path}: written by rollsweep {attrs.get('engine_version', '?')} in store format {found}; this "
             f"engine reads format {STORE_FORMAT}: recompute it (--overwrite) or open it with that version"
         )
-
-
-def lock_path(path) -> pathlib.Path:
-    """The lock file beside a store (`NAME.zarr.lock`): never moved or removed, so
-    every run locks the same file whatever happens to the store itself."""
-    path = pathlib.Path(path)
-    return path.with_name(path.name + ".lock")
-
-
-# Stores this process owns, by (resolved path, thread): [fd of the locked file,
-# users, handover]. By thread, since two threads of one process starting runs on
-# one store must exclude each other too (each opens the file: flock excludes
-# open files, not processes).
-_HELD: dict = {}
-_HELD_GUARD = threading.Lock()
-
-
-def _held_key(path) -> tuple:
-    return str(pathlib.Path(path).resolve()), threading.get_ident()
-
-
-def _acquire(path, handover: bool = False) -> bool:
-    """Own `path` (an flock on its lock file), or raise StoreError naming the owner.
-    Re-entrant within a thread. `handover`: held for the next `locked(path)` to
-    take over (prepare, then the run), or, inside a `locked(path)`, nothing to do.
-    Returns whether this call took a new hold."""
-    key = _held_key(path)
-    with _HELD_GUARD:
-        held = _HELD.get(key)
-        if held is not None:
-            if not handover:
-                held[1] += 0 if held[2] else 1
-                held[2] = False
-            return False
-        fd = os.open(lock_path(key[0]), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _holder(fd)
-            os.close(fd)
-            raise StoreError(f"{path}: in use by another rollsweep run ({holder}); wait for it or stop it") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
-        _HELD[key] = [fd, 1, handover]
-        return True
-
-
-def _holder(fd) -> str:
-    # The owner writes its name just after locking: give it a moment.
-    for _ in range(20):
-        text = os.pread(fd, 200, 0).decode(errors="replace").strip()
-        if text:
-            return text
-        time.sleep(0.01)
-    return "owner unknown"
-
-
-def _release(path) -> None:
-    key = _held_key(path)
-    with _HELD_GUARD:
-        held = _HELD[key]
-        held[1] -= 1
-        if held[1] == 0:
-            del _HELD[key]
-            os.close(held[0])  # closing releases the lock
-
-
-@contextlib.contextmanager
-def locked(path):
-    """Exclusive use of a store by one `rollsweep run`: a second run on the same
-    store, from any process, is refused naming the owner, never interleaved."""
-    _acquire(path)
-    try:
-        yield
-    finally:
-        _release(path)
 
 
 def read_attrs(path) -> dict:

@@ -20,8 +20,9 @@ from tqdm.auto import tqdm
 from . import _cost
 from ._config import ConfigError, Sweep, parse_sweep
 from ._cost import check_memory, layouts
-from ._cube import CRITICAL, GRID, done_shards, locked, prepare, slurm_folder
+from ._cube import CRITICAL, GRID, done_shards, prepare, slurm_folder
 from ._jax_setup import SINGLE_THREAD_XLA, check_device, configure, task_settings
+from ._lock import locked
 from ._shard import RUNNERS, record_failure, run_or_record
 from .solve.device import detect as detect_device
 from .solve.device import local_devices

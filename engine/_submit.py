@@ -8,9 +8,10 @@ import sys
 
 from ._config import Sweep
 from ._cost import check_memory, layouts
-from ._cube import CRITICAL, GRID, cube_sweep, done_shards, locked, prepare, slurm_folder
+from ._cube import CRITICAL, GRID, cube_sweep, done_shards, prepare, slurm_folder
 from ._execute import pending_tasks
 from ._jax_setup import DeviceError, check_device, configure
+from ._lock import locked
 from ._shard import record_failure, run_or_record
 from ._slurm import array_script, check_script, read_share, resolve, sbatch, write_share
 

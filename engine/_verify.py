@@ -178,7 +178,7 @@ def verify(path) -> list[str]:
 def examine(path) -> Verdict:
     """Every done shard read back against its checksums, the cube's structure
     checked, and how many shards are done (a cube being written is partial)."""
-    from ._running import writer
+    from ._lock import writer
 
     running = writer(path)  # asked first: a run that ends meanwhile leaves a cube at least as done
     sweep = cube_sweep(path)  # refuses non-cubes and other store formats

@@ -10,7 +10,7 @@ import time
 from engine._config import load_sweep
 from engine._cube import marker_path
 from engine._execute import run
-from engine._running import writer
+from engine._lock import writer
 from engine._status_report import progress
 from engine._verify import examine
 from engine.cli import EXIT_PARTIAL, main
@@ -21,7 +21,7 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (REPO, os.environ
 
 def hold_lock(store):
     """Another process owning the store, as a run does, until its stdin closes."""
-    code = ("import sys; from engine._cube import locked\n"
+    code = ("import sys; from engine._lock import locked\n"
             "with locked(sys.argv[1]):\n    print('held', flush=True); sys.stdin.read()")
     holder = subprocess.Popen([sys.executable, "-c", code, str(store)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, env=ENV)

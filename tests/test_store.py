@@ -60,7 +60,7 @@ def test_second_config_on_same_store_is_refused_and_store_unchanged(small_sweep)
 def _usable_by_another_thread(store):
     import threading
 
-    from engine._cube import locked
+    from engine._lock import locked
 
     errors = []
 
@@ -187,7 +187,7 @@ def test_the_lock_is_beside_the_store_and_released_after_a_run(small_sweep):
     another thread (or process) may use the store again."""
     import threading
 
-    from engine._cube import lock_path, locked
+    from engine._lock import lock_path, locked
 
     sweep = load_sweep(small_sweep())
     run(sweep, progress=False)
@@ -208,7 +208,7 @@ def test_a_store_held_by_another_run_is_not_replaced(small_sweep):
     """--overwrite on a store another run holds is refused, and the store is untouched."""
     import threading
 
-    from engine._cube import locked
+    from engine._lock import locked
 
     sweep = load_sweep(small_sweep())
     run(sweep, progress=False)
