@@ -345,7 +345,7 @@ def _run_locked(sweep, path, state, executor, workers, scheduler, resources, pro
     )
 
 
-def _inline_results(sweep: Sweep, out: str, tasks, threads: int):
+def inline_results(sweep: Sweep, out: str, tasks, threads: int):
     """Shards on `threads` threads of this process. A compiled call releases the
     GIL, so the threads share one compiled program (no per-process start-up or
     compile) and keep every core busy."""
@@ -371,7 +371,7 @@ def _results(sweep: Sweep, tasks, executor: str, workers: int, scheduler: Schedu
         return
     out = str(sweep.out.resolve())
     if executor == "inline":
-        yield from _inline_results(sweep, out, tasks, workers)
+        yield from inline_results(sweep, out, tasks, workers)
         return
     from distributed import as_completed
 

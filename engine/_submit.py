@@ -7,12 +7,12 @@ import pathlib
 import sys
 
 from ._config import Sweep
-from ._cost import check_memory, layouts
+from ._cost import check_memory, fits_in_memory, layouts
 from ._cube import CRITICAL, GRID, cube_sweep, done_shards, prepare, slurm_folder
-from ._execute import pending_tasks
+from ._execute import default_workers, inline_results, pending_tasks
 from ._jax_setup import DeviceError, check_device, configure
 from ._lock import locked
-from ._shard import record_failure, run_or_record
+from ._shard import record_failure
 from ._slurm import array_script, check_script, read_share, resolve, sbatch, write_share
 
 
@@ -51,24 +51,31 @@ def submit(sweep: Sweep, keywords: dict, dry_run: bool = False) -> Submission:
 
 
 def work(store, task: int, share) -> int:
-    """Compute this array task's shards that are not done yet. A shard that raises
-    is recorded as failed (with its error) and the others still run. A job that
-    asked for a GPU and has none records its first shard as failed and stops."""
+    """Compute this array task's shards that are not done yet, on every device
+    and core the task was given (the inline executor's threads, each pinned to a
+    device in turn). A shard that raises is recorded as failed (with its error)
+    and the others still run. A job that asked for a GPU and has none records its
+    first shard as failed and stops."""
     configure()
     store = pathlib.Path(store)
     sweep = cube_sweep(store)
     grid, critical = layouts(sweep)
     sizes = {GRID: grid, CRITICAL: critical}
-    failures = 0
-    for kind, shard in read_share(share, task):
-        if shard in done_shards(store, kind):
-            continue  # a resubmission, or another task got there first
-        try:
-            check_device()
-        except DeviceError as err:
-            record_failure(str(store), kind, shard, sizes[kind].shard_points(shard), err, sweep.study)
-            print(f"rollsweep: error: {store}: {err}", file=sys.stderr)
-            return 1
-        info = run_or_record(sweep, str(store), kind, shard, sizes[kind].shard_points(shard))
-        failures += "error" in info
+    mine = read_share(share, task)
+    done = {kind: done_shards(store, kind) for kind in {kind for kind, _ in mine}}
+    # Done already: a resubmission, or a task of an earlier submission.
+    pending = [(kind, shard, sizes[kind].shard_points(shard)) for kind, shard in mine if shard not in done[kind]]
+    if not pending:
+        return 0
+    try:
+        check_device()
+    except DeviceError as err:
+        kind, shard, points = pending[0]
+        record_failure(str(store), kind, shard, points, err, sweep.study)
+        print(f"rollsweep: error: {store}: {err}", file=sys.stderr)
+        return 1
+    threads = min(default_workers("inline", sweep), len(pending))
+    if not fits_in_memory(sweep, threads):
+        threads = 1  # as the submission checked: a shard at a time
+    failures = sum("error" in info for info in inline_results(sweep, str(store), pending, threads))
     return 1 if failures else 0

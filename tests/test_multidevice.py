@@ -13,8 +13,12 @@ import sys
 
 import pytest
 
-from engine._cube import open_cube
+from engine._config import load_sweep
+from engine._cube import open_cube, prepare, slurm_folder
 from engine._devices import solving_devices
+from engine._execute import pending_tasks
+from engine._lock import locked
+from engine._slurm import write_share
 
 from conftest import cubes_identical, sweep_file
 
@@ -35,10 +39,10 @@ def regime_sweep(folder, name, executor="inline"):
         """, name=f"{name}.toml")
 
 
-def run_on_devices(config, devices: int, *args):
+def run_on_devices(config, devices: int, *args, command=("run",)):
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join(filter(None, (REPO, os.environ.get("PYTHONPATH")))))
-    done = subprocess.run([sys.executable, "-m", "engine.cli", "run", str(config), "--quiet", *args],
+    done = subprocess.run([sys.executable, "-m", "engine.cli", *command, str(config), *args],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return done
@@ -47,13 +51,13 @@ def run_on_devices(config, devices: int, *args):
 @pytest.fixture(scope="module")
 def one_device_cube(tmp_path_factory):
     folder = tmp_path_factory.mktemp("one")
-    run_on_devices(regime_sweep(folder, "one"), 1)
+    run_on_devices(regime_sweep(folder, "one"), 1, "--quiet")
     return open_cube(folder / "one.zarr").load()
 
 
 def test_inline_shards_spread_over_every_device(tmp_path, one_device_cube):
     config = regime_sweep(tmp_path, "four")
-    run_on_devices(config, 4)
+    run_on_devices(config, 4, "--quiet")
     out = tmp_path / "four.zarr"
     solved = solving_devices(out)
     assert set(solved) == {f"cpu:cpu #{i}" for i in range(4)}, solved
@@ -66,7 +70,7 @@ def test_inline_shards_spread_over_every_device(tmp_path, one_device_cube):
 @pytest.mark.slow
 def test_local_cluster_starts_a_worker_per_device(tmp_path, one_device_cube):
     config = regime_sweep(tmp_path, "two", executor="local")
-    run_on_devices(config, 2)
+    run_on_devices(config, 2, "--quiet")
     out = tmp_path / "two.zarr"
     assert set(solving_devices(out)) == {"cpu:cpu #0", "cpu:cpu #1"}
     assert cubes_identical(open_cube(out).load(), one_device_cube)
@@ -74,3 +78,15 @@ def test_local_cluster_starts_a_worker_per_device(tmp_path, one_device_cube):
 
 def test_one_device_is_named_as_before(one_device_cube):
     assert one_device_cube.attrs["device"] == "cpu:cpu"
+
+
+def test_a_slurm_array_task_solves_on_every_device_it_was_given(tmp_path, one_device_cube):
+    """`rollsweep work` (one array task's share of the shards) spreads them over
+    its devices as the inline executor does."""
+    sweep = load_sweep(regime_sweep(tmp_path, "task"))
+    with locked(sweep.out):
+        prepare(sweep, sweep.out)
+    share = write_share(slurm_folder(sweep.out), pending_tasks(sweep, sweep.out), 1)
+    run_on_devices(sweep.out, 4, "--task", "0", "--share", str(share), command=("work",))
+    assert set(solving_devices(sweep.out)) == {f"cpu:cpu #{i}" for i in range(4)}
+    assert cubes_identical(open_cube(sweep.out).load(), one_device_cube)
