@@ -126,7 +126,7 @@ def default_workers(executor: str, sweep: Sweep | None = None) -> int:
     thread 26k points/s, with 2 threads 42k points/s."""
     if executor not in ("inline", "local"):
         return 1
-    device = detect_device()
+    device = _solving_device(sweep)
     if executor == "local":
         return device.count
     if device.accelerator:
@@ -137,10 +137,16 @@ def default_workers(executor: str, sweep: Sweep | None = None) -> int:
     return max(threads, device.count)  # at least a thread per device (CPU devices forced by XLA_FLAGS)
 
 
-def worker_threads(workers: int) -> int:
+def _solving_device(sweep: Sweep | None):
+    """The device the sweep's shards solve on (its plan's: on a GPU machine, the
+    CPU for a small vmapped sweep); without a sweep, JAX's default backend's."""
+    return _cost.plan_for(sweep).device if sweep is not None else detect_device()
+
+
+def worker_threads(workers: int, sweep: Sweep | None = None) -> int:
     """Threads of each local worker process: the cores shared out (on an
     accelerator, ACCELERATOR_THREADS: its calls share the one device)."""
-    device = detect_device()
+    device = _solving_device(sweep)
     if device.accelerator:
         return ACCELERATOR_THREADS
     return max(1, device.cores // workers)
@@ -192,9 +198,9 @@ def _worker_device():
     return devices[name % len(devices)]
 
 
-def in_flight(executor: str, workers: int) -> int:
+def in_flight(executor: str, workers: int, sweep: Sweep | None = None) -> int:
     """Shards solved at once (each needs its memory at the same time)."""
-    return workers * worker_threads(workers) if executor == "local" else workers
+    return workers * worker_threads(workers, sweep) if executor == "local" else workers
 
 
 @functools.lru_cache(maxsize=4)
@@ -223,7 +229,7 @@ def _quiet(name: str):
 
 
 @contextlib.contextmanager
-def dask_client(scheduler: Scheduler | None, workers: int, slurm=None, store=None):
+def dask_client(scheduler: Scheduler | None, workers: int, slurm=None, store=None, sweep: Sweep | None = None):
     """A client of an existing scheduler, of SLURM worker jobs (`slurm`: Resources;
     their logs go to the store's SLURM folder), or of an embedded local cluster."""
     from distributed import Client, LocalCluster
@@ -249,7 +255,7 @@ def dask_client(scheduler: Scheduler | None, workers: int, slurm=None, store=Non
     # The run reports every failure in one line of its own; the cluster's logs
     # (worker and nanny tracebacks on Ctrl-C, disk errors) would bury it.
     cluster = LocalCluster(
-        n_workers=0, threads_per_worker=worker_threads(workers), processes=True, dashboard_address=None, env=env,
+        n_workers=0, threads_per_worker=worker_threads(workers, sweep), processes=True, dashboard_address=None, env=env,
         silence_logs=logging.CRITICAL,
     )
     with _quiet("distributed"), cluster, Client(cluster) as client:
@@ -301,7 +307,7 @@ def run(
 
         resources = resolve(sweep.slurm, slurm or {}, sweep.file)
     workers = workers or sweep.workers or default_workers(executor, sweep)
-    check_memory(sweep, in_flight(executor, workers))
+    check_memory(sweep, in_flight(executor, workers, sweep))
     configure()
     path = sweep.out
     state = prepare(sweep, path, overwrite=overwrite)
@@ -375,7 +381,7 @@ def _results(sweep: Sweep, tasks, executor: str, workers: int, scheduler: Schedu
         return
     from distributed import as_completed
 
-    with dask_client(scheduler, workers, resources, out) as client:
+    with dask_client(scheduler, workers, resources, out, sweep) as client:
         futures = {
             client.submit(
                 solve_shard, sweep.text, sweep.file, out, kind, shard,

@@ -86,12 +86,19 @@ def device() -> str:
     return device_name()
 
 
-def devices() -> str:
-    """Every device a run of this process spreads its shards over: "cpu:cpu", "gpu:NVIDIA H100 x4"."""
+def devices(platform: str | None = None) -> str:
+    """Every device of `platform` (None: JAX's default backend) a run of this
+    process spreads its shards over: "cpu:cpu", "gpu:NVIDIA H100 x4"."""
     from .solve.device import local_devices
 
-    found = local_devices()
+    found = local_devices(platform)
     return f"{found[0].platform}:{found[0].device_kind}" + (f" x{len(found)}" if len(found) > 1 else "")
+
+
+def _solving_platform(sweep) -> str:
+    from ._cost import plan_for
+
+    return plan_for(sweep).device.platform
 
 
 def provenance(sweep) -> dict:
@@ -115,6 +122,6 @@ def provenance(sweep) -> dict:
         "atol": sweep.solver.atol,
         "git_commit": git_commit(),
         "versions": dict(versions()),  # a copy: the cached one stays as found
-        "device": devices(),
+        "device": devices(_solving_platform(sweep)),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

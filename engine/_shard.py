@@ -4,6 +4,7 @@ Runs wherever the task lands (this process, a dask worker, a SLURM job); it
 only needs the sweep and the store path.
 """
 
+import functools
 import os
 import pathlib
 import time
@@ -17,6 +18,7 @@ from ._cube import CRITICAL, GRID, critical_name, mark_done, mark_failed, write_
 from ._provenance import device, study_folder
 from ._status import Status
 from .solve.critical import find_critical
+from .solve.device import on_platform
 from .solve.evaluate import evaluate
 
 
@@ -83,7 +85,18 @@ def _finish(path, kind, shard, n, status, start, digests) -> dict:
     return info
 
 
-RUNNERS = {GRID: run_grid_shard, CRITICAL: run_critical_shard}
+def _on_its_platform(runner):
+    """A shard solves, and names its device, on its plan's platform: on a GPU
+    machine a small vmapped sweep's is the CPU (engine.solve.plan.solving_device)."""
+    @functools.wraps(runner)
+    def run(sweep: Sweep, path, shard: int) -> dict:
+        with on_platform(plan_for(sweep).device.platform):
+            return runner(sweep, path, shard)
+
+    return run
+
+
+RUNNERS = {GRID: _on_its_platform(run_grid_shard), CRITICAL: _on_its_platform(run_critical_shard)}
 
 
 # Innermost frames in the study's code named with a shard's error: where it raised

@@ -47,13 +47,15 @@ def _describe_study(study, solvers: bool) -> None:
 def _describe_solvers(study) -> None:
     """The batch solver this machine's plan takes, and the one a GPU's would (with why not fused)."""
     from .solve import SOLVERS, Device, detect
-    from .solve.plan import default_solver
+    from .solve.plan import GPU_MIN_POINTS, default_solver
 
     here = detect()
     print(f"  solver here ({here.platform}): {default_solver(study, here)}")
     on_gpu = default_solver(study, Device(platform="gpu"))
     reason = SOLVERS["fused"].unsupported(study)
     print(f"  solver on a GPU: {on_gpu}" + (f" (not fused: {reason})" if on_gpu != "fused" and reason else ""))
+    if on_gpu != "fused":
+        print(f"  on a GPU machine, sweeps under {GPU_MIN_POINTS:,} points run on its CPU cores")
 
 
 def _validate(args):

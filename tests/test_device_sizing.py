@@ -3,6 +3,8 @@
 No accelerator is needed: a Device is stubbed, as a GPU reports itself.
 """
 
+import dataclasses
+
 import pytest
 
 import engine._cost as cost
@@ -29,10 +31,13 @@ def sweep(study, points, shard_size, batch_size=None):
 
 @pytest.fixture
 def on(monkeypatch):
-    """Make this process see `device`."""
+    """Make this process see `device` as its default backend, beside the host's CPU."""
     def use(device):
-        monkeypatch.setattr(plan_module, "detect", lambda: device)
-        monkeypatch.setattr(execute, "detect_device", lambda: device)
+        def detect(platform=None):
+            return device if platform in (None, device.platform) else dataclasses.replace(CPU, cores=device.cores)
+
+        monkeypatch.setattr(plan_module, "detect", detect)
+        monkeypatch.setattr(execute, "detect_device", detect)
     return use
 
 
@@ -117,3 +122,20 @@ def test_large_shards_run_one_thread_per_core_by_default(monkeypatch, on):
     cost.check_memory(big, execute.in_flight("inline", 2))
     small = sweep("bicycle", 10**6, 10**3)
     assert execute.default_workers("inline", small) == execute.THREADS_PER_CORE * 2
+
+
+def test_a_small_vmapped_sweep_on_a_gpu_machine_solves_on_its_cpu_cores(on):
+    """On a GPU, a vmapped sweep of fewer than GPU_MIN_POINTS points is routed to
+    the host's cores (plan, threads and memory checks alike); a larger one, or a
+    study the GPU solves in the fused kernel, stays on the GPU."""
+    on(GPU)
+    hoop = parse_sweep('study = "hoop"\n[axes]\na = { linspace = [0.0, 0.3, 117] }\n[run]\nout = "unused.zarr"\n')
+    plan = cost.plan_for(hoop)
+    assert plan.device.platform == "cpu" and plan.device.cores == GPU.cores and plan.solver == "vmapped"
+    assert execute.default_workers("inline", hoop) == execute.THREADS_PER_CORE * GPU.cores
+    assert cost.estimate(hoop).device_memory is None  # the host's memory budget applies
+    small = plan_module.GPU_MIN_POINTS - 1
+    assert cost.plan_for(sweep("bicycle", small, 4096)).device.platform == "cpu"
+    assert cost.plan_for(sweep("bicycle", small + 1, 4096)).device == GPU
+    fused = cost.plan_for(sweep("pingpong", 10, 10))
+    assert (fused.device, fused.solver) == (GPU, "fused")

@@ -5,6 +5,7 @@ per compiled call, how many lanes, how many shard threads) is made from one
 `Device` in one place (`engine.solve.plan`), never by probing JAX further down.
 """
 
+import contextlib
 import dataclasses
 import functools
 
@@ -32,9 +33,10 @@ class Device:
 
 
 @functools.cache
-def detect() -> Device:
-    """The default backend's devices, asked once per process."""
-    devices = local_devices()
+def detect(platform: str | None = None) -> Device:
+    """The devices of `platform` (None: JAX's default backend), asked once per process.
+    A platform this process cannot use gives the default backend's."""
+    devices = local_devices(platform)
     first = devices[0]
     memory = None
     if first.platform != "cpu":
@@ -42,14 +44,34 @@ def detect() -> Device:
     return Device(platform=first.platform, count=len(devices), memory=memory, cores=cores())
 
 
-def local_devices() -> list:
-    """The default backend's devices in this process, which a run spreads its shards
-    over (the inline executor's shard threads, the local cluster's workers). Which
-    ones a process sees is chosen outside it: CUDA_VISIBLE_DEVICES on NVIDIA GPUs,
-    XLA_FLAGS=--xla_force_host_platform_device_count=N for N CPU devices."""
+def local_devices(platform: str | None = None) -> list:
+    """The devices of `platform` (None: JAX's default backend) in this process, which
+    a run spreads its shards over (the inline executor's shard threads, the local
+    cluster's workers). Which ones a process sees is chosen outside it:
+    CUDA_VISIBLE_DEVICES on NVIDIA GPUs, XLA_FLAGS=--xla_force_host_platform_device_count=N
+    for N CPU devices, JAX_PLATFORMS for the backends (with JAX_PLATFORMS=cuda there
+    are no CPU devices to route to: the default backend's are used)."""
     import jax
 
+    if platform is not None:
+        try:
+            return jax.local_devices(backend=platform)
+        except RuntimeError:  # that backend is not initialised in this process
+            pass
     return jax.local_devices()
+
+
+@contextlib.contextmanager
+def on_platform(platform: str):
+    """This thread's compiled calls on a device of `platform` (a plan routed to the
+    host's cores on a GPU machine); nothing changes where they already are."""
+    if current_device().platform == platform:
+        yield
+        return
+    import jax
+
+    with jax.default_device(local_devices(platform)[0]):
+        yield
 
 
 def current_device():

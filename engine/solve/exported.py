@@ -26,6 +26,7 @@ import jax
 
 from .._jax_setup import cache_dir
 from .._provenance import folder_digest, package_version, study_folder
+from .device import current_device
 
 # Version of the key and the file format: a change invalidates every entry.
 FORMAT = 1
@@ -46,7 +47,7 @@ def program_key(study, settings, selected, plan, args) -> str | None:
     if folder is None:
         return None
     leaves, tree = jax.tree_util.tree_flatten_with_path(args)
-    device = jax.devices()[0]
+    device = current_device()  # where this thread's calls run (a plan may route them to the CPU)
     parts = {
         "format": FORMAT,
         "study": [study.name, study.version, folder_digest(folder)],
