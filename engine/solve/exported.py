@@ -105,7 +105,10 @@ def program(make, key: str | None, args):
     from jax import export
 
     try:
-        blob = export.export(jitted)(*args).serialize()
+        # For this thread's platform: the host's CPU where the plan routed a GPU
+        # machine's sweep there (export's default is JAX's default backend).
+        platforms = ("cpu",) if current_device().platform == "cpu" else None
+        blob = export.export(jitted, platforms=platforms)(*args).serialize()
     except Exception:  # noqa: BLE001 - not exportable: traced in every process, as without a cache
         return jitted
     _store(path, blob)
