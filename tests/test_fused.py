@@ -162,11 +162,16 @@ def _vmapped(fn, *args):
     lambda y, p: jnp.reshape(jnp.outer(y[:2], y[1:]), (-1,))[1:4] + jnp.arange(3.0),
     # Reductions are folded into the operation they repeat, which is what must lower.
     lambda y, p: jnp.where(jnp.any(y > p) & jnp.all(y < 1.0), jnp.prod(y), -y),
-], ids=["stack-reduce", "scatter", "gather", "cond", "where-clip-pow", "reshape-iota", "any-all-prod"])
+    # Matrix products of a point's small arrays, expanded into sums of products.
+    lambda y, p: jnp.outer(y, y + p) @ y + y @ jnp.diag(y) - jnp.dot(y, y),
+    lambda y, p: jnp.einsum("bij,bj->bi", jnp.stack([jnp.outer(y, y), p * jnp.eye(3)]), jnp.stack([y, y])),
+], ids=["stack-reduce", "scatter", "gather", "cond", "where-clip-pow", "reshape-iota", "any-all-prod",
+        "matmul", "batched-einsum"])
 def test_point_functions_on_lanes_match_vmap(fn):
     rng = np.random.default_rng(0)
     y, p = rng.uniform(-1, 1, (3, 16)), rng.uniform(0, 1, 16)
-    np.testing.assert_allclose(_on_lanes(fn, y, p), _vmapped(fn, y, p), rtol=1e-15, atol=0)
+    # (A matrix product may sum in another order than XLA's dot: an ulp or two.)
+    np.testing.assert_allclose(_on_lanes(fn, y, p), _vmapped(fn, y, p), rtol=0, atol=1e-15)
 
 
 def test_a_loop_in_a_point_function_is_refused():
