@@ -101,18 +101,21 @@ class LaneFunction:
 
     def __init__(self, fn: Callable, *example_args, name: str = ""):
         self.name = name or getattr(fn, "__name__", "function")
-        self.closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*example_args)
+        closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*example_args)
+        # Only what the result depends on is checked and evaluated: an output
+        # left unread (say, one the sweep did not select) costs nothing and
+        # cannot make the function unfusable.
+        self.jaxpr, self.consts = closed.jaxpr.replace(eqns=_live(closed.jaxpr)[0]), closed.consts
         self.in_tree = jax.tree_util.tree_structure(example_args)
         self.out_tree = jax.tree_util.tree_structure(shapes)
-        self.out_avals = [v.aval for v in self.closed.jaxpr.outvars]
-        _check(self.closed.jaxpr, self.name)
+        _check(self.jaxpr, self.name)
 
     def __call__(self, *args, lanes: int):
         """args: as example_args, every leaf an object array (or a scalar
         element) of the leaf's shape. Returns the result's pytree, every leaf
         an object array of lane vectors and constants."""
         leaves = jax.tree_util.tree_leaves(args)
-        jaxpr = self.closed.jaxpr
+        jaxpr = self.jaxpr
         if len(leaves) != len(jaxpr.invars):
             raise ValueError(f"{self.name}: {len(leaves)} arguments for {len(jaxpr.invars)} inputs")
         values = []
@@ -121,9 +124,29 @@ class LaneFunction:
             if leaf.shape != var.aval.shape:
                 raise ValueError(f"{self.name}: an argument of shape {leaf.shape} for {var.aval.shape}")
             values.append(_cast(leaf, var.aval.dtype))
-        consts = [_constant_elements(c) for c in self.closed.consts]
+        consts = [_constant_elements(c) for c in self.consts]
         out = _evaluate(jaxpr, consts, values, lanes)
         return jax.tree_util.tree_unflatten(self.out_tree, out)
+
+
+def read_leaves(fn: Callable, *example_args) -> list[bool]:
+    """For each leaf of fn's arguments, whether its result depends on it (a
+    leaf it never reads need not be computed for it)."""
+    jaxpr = jax.make_jaxpr(fn)(*example_args).jaxpr
+    _, live = _live(jaxpr)
+    return [v in live for v in jaxpr.invars]
+
+
+def _live(jaxpr):
+    """The equations of a jaxpr its outputs depend on (or that have effects),
+    and the variables they read."""
+    live = {v for v in jaxpr.outvars if not isinstance(v, jex_core.Literal)}
+    kept = []
+    for eqn in reversed(jaxpr.eqns):
+        if eqn.effects or any(v in live for v in eqn.outvars):
+            kept.append(eqn)
+            live.update(v for v in eqn.invars if not isinstance(v, jex_core.Literal))
+    return kept[::-1], live
 
 
 def _cast(value: np.ndarray, dtype) -> np.ndarray:
