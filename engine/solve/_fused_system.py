@@ -240,10 +240,11 @@ class LaneSolve:
     # ---- the loop
 
     def __call__(self, active, y0, mode0, args, horizon) -> HybridSolution:
-        """Solve every active lane from its start: y0 (n_state lane vectors),
-        mode0 and horizon (lane vectors), args (the arguments' pytree, leaves
-        object arrays of lane vectors and constants). Returns the lanes'
-        solutions, each field an object array of lane vectors."""
+        """Solve every active lane (active: a boolean lane vector) from its
+        start: y0 (n_state lane vectors), mode0 and horizon (lane vectors),
+        args (the arguments' pytree, leaves object arrays of lane vectors and
+        constants). Returns the lanes' solutions, each field an object array
+        of lane vectors."""
         dtype = self.dtype
         lanes = active.shape[0]
         t0 = jnp.zeros((lanes,), dtype)
