@@ -11,14 +11,14 @@ The kernel is not written per study: the study's own functions
 (HybridPoint's start, system and finish) are traced for one point and
 evaluated on lane vectors (engine.solve._lane_jaxpr). The system must run
 in the kernel (else the study is not fused, and `unsupported` says why). A
-start or a finish that cannot (a LAPACK solve, complex numbers, an argmax over the
-event log, a primitive the GPU compiler lacks) runs outside the kernel
-instead, as plain XLA vmapped over the batch: the start before it, its
-results (state, mode, the system's arguments, horizon) passed in as one
+start or a finish that cannot (a LAPACK solve, complex numbers, an argmax
+over the event log, a primitive the GPU compiler lacks) runs outside the
+kernel instead, as plain XLA vmapped over the batch: the start before it,
+its results (state, mode, the system's arguments, horizon) passed in as one
 column per element; the finish after it, on the solutions the kernel writes
 out (the fields it reads, one column per element). Inside is cheaper (fewer
-columns written and read), so a part runs outside only when it must.
-The kernel language sits behind engine.solve._pallas_backend.
+columns written and read), so a part runs outside only when it must. The
+kernel language sits behind engine.solve._pallas_backend.
 """
 
 from typing import NamedTuple
