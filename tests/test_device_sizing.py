@@ -13,6 +13,7 @@ import engine.solve.plan as plan_module
 from engine import parse_sweep
 from engine._config import ConfigError
 from engine.solve import Device, make_plan
+from engine.solve.lanes import CPU_BATCH as LANES_CPU_BATCH
 from engine.solve.lanes import MAX_LANES, LanesSolver
 from engine.solve.vmapped import CPU_BATCH, DEVICE_SHARE, POINT_BYTES, VmappedSolver
 
@@ -43,8 +44,10 @@ def on(monkeypatch):
 
 def test_cpu_uses_the_fixed_caps(on):
     on(CPU)
-    plan = cost.plan_for(sweep("bicycle_response", 10**6, 65536))
-    assert (plan.solver, plan.batch) == ("vmapped", CPU_BATCH)
+    response = sweep("bicycle_response", 10**6, 65536)
+    plan = cost.plan_for(response)
+    assert (plan.solver, plan.batch) == ("lanes", LANES_CPU_BATCH)
+    assert make_plan(response.study, CPU, solver="vmapped", points=10**6).batch == CPU_BATCH
     hinted = parse_sweep(  # a study may ask for wider calls
         'study = "rebound_regime"\n[axes]\nspin_ratio = { linspace = [0, 1, 1000000] }\n'
         '[run]\nshard_size = 1000000\nout = "unused.zarr"\n'

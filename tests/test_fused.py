@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.scipy.special import erf
+from test_fused_outside import UNFUSABLE_ENDS
 from test_outside_models import BLOCK, NATURAL, _columns, _param, _study
 
 from engine import HybridSystem, Mode, PointResult, SolverSettings, Start, Status, Transition
@@ -24,6 +25,7 @@ from engine.solve import SOLVERS, Device, evaluate, make_plan
 from engine.solve import _pallas_backend as backend
 from engine.solve._lane_jaxpr import LaneFunction, Unfusable, from_list
 from engine.solve.plan import default_solver, solver_of
+from studies.bicycle import RESPONSE as BICYCLE_RESPONSE
 from studies.hoop import STUDY as HOOP
 from studies.pingpong import STUDY as PINGPONG
 from studies.rebound import LANDING
@@ -162,11 +164,16 @@ def _vmapped(fn, *args):
     lambda y, p: jnp.reshape(jnp.outer(y[:2], y[1:]), (-1,))[1:4] + jnp.arange(3.0),
     # Reductions are folded into the operation they repeat, which is what must lower.
     lambda y, p: jnp.where(jnp.any(y > p) & jnp.all(y < 1.0), jnp.prod(y), -y),
-], ids=["stack-reduce", "scatter", "gather", "cond", "where-clip-pow", "reshape-iota", "any-all-prod"])
+    # Matrix products of a point's small arrays, expanded into sums of products.
+    lambda y, p: jnp.outer(y, y + p) @ y + y @ jnp.diag(y) - jnp.dot(y, y),
+    lambda y, p: jnp.einsum("bij,bj->bi", jnp.stack([jnp.outer(y, y), p * jnp.eye(3)]), jnp.stack([y, y])),
+], ids=["stack-reduce", "scatter", "gather", "cond", "where-clip-pow", "reshape-iota", "any-all-prod",
+        "matmul", "batched-einsum"])
 def test_point_functions_on_lanes_match_vmap(fn):
     rng = np.random.default_rng(0)
     y, p = rng.uniform(-1, 1, (3, 16)), rng.uniform(0, 1, 16)
-    np.testing.assert_allclose(_on_lanes(fn, y, p), _vmapped(fn, y, p), rtol=1e-15, atol=0)
+    # (A matrix product may sum in another order than XLA's dot: an ulp or two.)
+    np.testing.assert_allclose(_on_lanes(fn, y, p), _vmapped(fn, y, p), rtol=0, atol=1e-15)
 
 
 def test_a_loop_in_a_point_function_is_refused():
@@ -175,6 +182,17 @@ def test_a_loop_in_a_point_function_is_refused():
 
     with pytest.raises(Unfusable, match="uses scan, which the fused kernel cannot evaluate"):
         LaneFunction(looping, jax.ShapeDtypeStruct((3,), jnp.float64), jax.ShapeDtypeStruct((), jnp.float64))
+
+
+def test_what_a_result_does_not_depend_on_is_not_evaluated():
+    """Dead code (a LAPACK inverse nothing reads) neither runs nor makes the function unfusable."""
+    def with_dead_code(y, p):
+        jnp.linalg.inv(jnp.outer(y, y) + p)
+        return y * p
+
+    rng = np.random.default_rng(0)
+    y, p = rng.uniform(-1, 1, (3, 16)), rng.uniform(0, 1, 16)
+    np.testing.assert_array_equal(_on_lanes(with_dead_code, y, p), y * p)
 
 
 def test_indices_that_depend_on_the_point_are_refused():
@@ -222,7 +240,9 @@ def test_serve_landing_agrees_with_the_lanes():
         np.testing.assert_allclose(values, lanes.outputs[name], rtol=0, atol=1e-9, err_msg=name)
 
 
-LOOP_BALL = _ball_with(lambda t, y, p: jax.lax.fori_loop(0, 2, lambda i, v: v, jnp.stack([y[1], -9.81 + 0 * y[0]])))
+# (The loop must do something: JAX forwards an identity loop's carry, leaving the loop dead code.)
+LOOP_BALL = _ball_with(lambda t, y, p: jax.lax.fori_loop(0, 2, lambda i, v: 1.0 * v,
+                                                          jnp.stack([y[1], -9.81 + 0 * y[0]])))
 
 
 def test_why_a_study_cannot_be_fused():
@@ -264,10 +284,17 @@ CUDA_PLUGIN = importlib.util.find_spec("jax_cuda12_plugin") is not None or bool(
     (NATURAL, ("last_impact",), SolverSettings()),
     (BLOCK, ("position", "stop_time"), SolverSettings()),
     (LANDING, ("outcome", "landing_x", "bounce_x", "net_clearance"), SolverSettings(rtol=1e-9, atol=1e-11)),
-], ids=["pingpong", "pingpong-dopri8-float32", "ball", "block", "landing"])
+    # Start and finish outside the kernel (A(v)'s inverse; the weave eigenvalue): XLA around one Triton call.
+    (BICYCLE_RESPONSE, tuple(o.name for o in BICYCLE_RESPONSE.outputs), SolverSettings(t_max=5.0, max_segments=24)),
+    # Without the weave eigenvalue, the bicycle's finish runs in the kernel.
+    (BICYCLE_RESPONSE, ("fall_time", "lean_extrema", "weave_period"), SolverSettings(t_max=5.0, max_segments=24)),
+    (UNFUSABLE_ENDS, ("last_zero", "period"), SolverSettings()),
+], ids=["pingpong", "pingpong-dopri8-float32", "ball", "block", "landing", "bicycle-response",
+        "bicycle-response-finish-inside", "outside-ends"])
 def test_kernel_lowers_for_cuda(study, selected, settings):
     """The whole batch function exported for CUDA: the kernel is one Triton
-    custom call (what Triton cannot lower fails here, not on the GPU)."""
+    custom call (what Triton cannot lower fails here, not on the GPU); a start
+    or finish outside it is plain XLA around that call."""
     plan = make_plan(study, GPU, solver="fused", batch=64)
     fn = solver_of(plan).batch_function(study, settings, selected, plan)
     params = {p.name: jax.ShapeDtypeStruct((64,), jnp.float64) for p in study.parameters}

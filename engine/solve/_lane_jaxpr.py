@@ -14,7 +14,9 @@ trace time; what reaches the kernel is elementwise arithmetic on lane vectors.
 Constants of the point function stay Python/numpy scalars, folded at trace
 time where all operands are constants (a kernel may not capture array
 constants). Gathers and scatters need constant indices (the studies' indices
-are); loops inside the point function are not supported.
+are); loops inside the point function are not supported. A matrix product
+of a point's small arrays (`A @ y`, `jnp.einsum`) is expanded into sums of
+products of elements, which suits the few components of a point's state.
 """
 
 from collections.abc import Callable
@@ -53,6 +55,9 @@ _REDUCTIONS = {
     lax.reduce_and_p: lax.and_p,
     lax.reduce_or_p: lax.or_p,
 }
+# Products and sums a matrix product (dot_general) is expanded into, by the
+# result's dtype: booleans multiply as `and` and add as `or`.
+_PRODUCT = {True: (lax.and_p, lax.or_p), False: (lax.mul_p, lax.add_p)}
 
 
 def is_constant(element) -> bool:
@@ -96,18 +101,21 @@ class LaneFunction:
 
     def __init__(self, fn: Callable, *example_args, name: str = ""):
         self.name = name or getattr(fn, "__name__", "function")
-        self.closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*example_args)
+        closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*example_args)
+        # Only what the result depends on is checked and evaluated: an output
+        # left unread (say, one the sweep did not select) costs nothing and
+        # cannot make the function unfusable.
+        self.jaxpr, self.consts = closed.jaxpr.replace(eqns=_live(closed.jaxpr)[0]), closed.consts
         self.in_tree = jax.tree_util.tree_structure(example_args)
         self.out_tree = jax.tree_util.tree_structure(shapes)
-        self.out_avals = [v.aval for v in self.closed.jaxpr.outvars]
-        _check(self.closed.jaxpr, self.name)
+        _check(self.jaxpr, self.name)
 
     def __call__(self, *args, lanes: int):
         """args: as example_args, every leaf an object array (or a scalar
         element) of the leaf's shape. Returns the result's pytree, every leaf
         an object array of lane vectors and constants."""
         leaves = jax.tree_util.tree_leaves(args)
-        jaxpr = self.closed.jaxpr
+        jaxpr = self.jaxpr
         if len(leaves) != len(jaxpr.invars):
             raise ValueError(f"{self.name}: {len(leaves)} arguments for {len(jaxpr.invars)} inputs")
         values = []
@@ -116,9 +124,29 @@ class LaneFunction:
             if leaf.shape != var.aval.shape:
                 raise ValueError(f"{self.name}: an argument of shape {leaf.shape} for {var.aval.shape}")
             values.append(_cast(leaf, var.aval.dtype))
-        consts = [_constant_elements(c) for c in self.closed.consts]
+        consts = [_constant_elements(c) for c in self.consts]
         out = _evaluate(jaxpr, consts, values, lanes)
         return jax.tree_util.tree_unflatten(self.out_tree, out)
+
+
+def read_leaves(fn: Callable, *example_args) -> list[bool]:
+    """For each leaf of fn's arguments, whether its result depends on it (a
+    leaf it never reads need not be computed for it)."""
+    jaxpr = jax.make_jaxpr(fn)(*example_args).jaxpr
+    _, live = _live(jaxpr)
+    return [v in live for v in jaxpr.invars]
+
+
+def _live(jaxpr):
+    """The equations of a jaxpr its outputs depend on (or that have effects),
+    and the variables they read."""
+    live = {v for v in jaxpr.outvars if not isinstance(v, jex_core.Literal)}
+    kept = []
+    for eqn in reversed(jaxpr.eqns):
+        if eqn.effects or any(v in live for v in eqn.outvars):
+            kept.append(eqn)
+            live.update(v for v in eqn.invars if not isinstance(v, jex_core.Literal))
+    return kept[::-1], live
 
 
 def _cast(value: np.ndarray, dtype) -> np.ndarray:
@@ -155,6 +183,10 @@ def _check(jaxpr, name: str):
             # A reduction over a point's components becomes the operation it repeats.
             if not backend.supports(_REDUCTIONS.get(prim, prim)):
                 raise Unfusable(f"{name} uses {prim.name}, which the GPU kernel backend cannot lower")
+        elif prim is lax.dot_general_p:
+            boolean = eqn.outvars[0].aval.dtype == np.dtype(bool)
+            if not all(backend.supports(p) for p in _PRODUCT[boolean]):
+                raise Unfusable(f"{name} uses {prim.name}, whose products the GPU kernel backend cannot lower")
         elif prim not in _STRUCTURAL and prim not in _CALLS and prim is not lax.cond_p:
             raise Unfusable(f"{name} uses {prim.name}, which the fused kernel cannot evaluate on lanes")
         for sub in subjaxprs(eqn):
@@ -188,6 +220,8 @@ def _apply(eqn, ins, in_avals, lanes):
         return [_elementwise(prim, params, ins, in_avals, eqn.outvars[0].aval, lanes)]
     if prim in _REDUCTIONS:
         return [_reduce(_REDUCTIONS[prim], ins[0], in_avals[0], params["axes"], lanes)]
+    if prim is lax.dot_general_p:
+        return [_dot_general(ins, params["dimension_numbers"], eqn.outvars[0].aval.dtype, lanes)]
     if prim in _STRUCTURAL:
         out = _STRUCTURAL[prim](ins, in_avals, params, eqn)
         return out if prim.multiple_results else [out]
@@ -228,6 +262,36 @@ def _reduce(combine, x, aval, axes, lanes):
         acc = row[0]
         for e in row[1:]:
             acc = _bind(combine, {}, [acc, e], [aval.dtype, aval.dtype], lanes)
+        out[index] = acc
+    return out
+
+
+def _dot_general(ins, dimension_numbers, dtype, lanes):
+    """lax.dot_general of a point's arrays: each element of the result the sum,
+    in order of the contracted index, of products of elements (in the result's
+    dtype, as preferred_element_type asks)."""
+    lhs, rhs = ins
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+    lhs_free = [d for d in range(lhs.ndim) if d not in lhs_contract and d not in lhs_batch]
+    rhs_free = [d for d in range(rhs.ndim) if d not in rhs_contract and d not in rhs_batch]
+    batch = [lhs.shape[d] for d in lhs_batch]
+    contracted = int(np.prod([lhs.shape[d] for d in lhs_contract], dtype=int))
+    # (batch..., free..., contracted) and (batch..., contracted, free...)
+    lhs = np.transpose(lhs, [*lhs_batch, *lhs_free, *lhs_contract]).reshape(
+        batch + [lhs.shape[d] for d in lhs_free] + [contracted])
+    rhs = np.transpose(rhs, [*rhs_batch, *rhs_contract, *rhs_free]).reshape(
+        batch + [contracted] + [rhs.shape[d] for d in rhs_free])
+    multiply, add = _PRODUCT[np.dtype(dtype) == np.dtype(bool)]
+    dtypes = [dtype, dtype]
+    out = np.empty(batch + list(lhs.shape[len(batch):-1]) + list(rhs.shape[len(batch) + 1:]), object)
+    for index in np.ndindex(out.shape):
+        b = index[: len(batch)]
+        i = index[len(batch): len(batch) + lhs.ndim - len(batch) - 1]
+        j = index[len(batch) + len(i):]
+        acc = constant(0, dtype)
+        for k in range(contracted):
+            term = _bind(multiply, {}, [lhs[b + i + (k,)], rhs[b + (k,) + j]], dtypes, lanes)
+            acc = term if k == 0 else _bind(add, {}, [acc, term], dtypes, lanes)
         out[index] = acc
     return out
 
@@ -352,6 +416,20 @@ def _scatter_add(ins, avals, params, eqn):
     return out.reshape(operand.shape)
 
 
+def _pad(ins, avals, params, eqn):
+    """lax.pad: each element of the result is an operand's element or the padding value."""
+    operand, padding = ins
+    with jax.ensure_compile_time_eval():
+        ids = jnp.arange(1, operand.size + 1, dtype=jnp.int32).reshape(operand.shape)
+        sources = np.asarray(lax.pad(ids, jnp.int32(0), params["padding_config"]))
+    flat, fill = operand.reshape(-1), padding[()]
+    out = np.empty(sources.shape, object)
+    for index in np.ndindex(sources.shape):
+        k = int(sources[index])
+        out[index] = flat[k - 1] if k else fill
+    return out
+
+
 def _lanes_of(elems):
     return next((e.shape[0] for e in elems if not is_constant(e)), 1)
 
@@ -389,6 +467,7 @@ _STRUCTURAL = {
     lax.scatter_p: _scatter,
     lax.scatter_add_p: _scatter_add,
     lax.iota_p: _iota,
+    lax.pad_p: _pad,
     lax.copy_p: lambda ins, avals, params, eqn: ins[0],
     lax.stop_gradient_p: lambda ins, avals, params, eqn: ins[0],
     lax.optimization_barrier_p: lambda ins, avals, params, eqn: list(ins),

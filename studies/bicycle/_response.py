@@ -10,7 +10,19 @@ the lean), which sample the oscillation without storing a trajectory.
 
 import jax.numpy as jnp
 
-from engine import HybridSystem, Interval, Mode, Output, Parameter, PointResult, Study, Transition, demo_configs
+from engine import (
+    HybridPoint,
+    HybridSystem,
+    Interval,
+    Mode,
+    Output,
+    Parameter,
+    PointResult,
+    Start,
+    Study,
+    Transition,
+    demo_configs,
+)
 
 from ._canonical import canonical_matrices, state_matrix
 from ._figures import response_figures
@@ -55,13 +67,18 @@ RESPONSE_OUTPUTS = (
 )
 
 
-def solve_response(p, settings):
+def start(p, settings):
+    """Upright, released with the initial lean rate; the system's arguments are
+    A(v) and the fall angle."""
     design = {k: p[k] for k in DESIGN_NAMES}
-    A = state_matrix(design, p["v"])
     dtype = jnp.dtype(settings.dtype)
     y0 = jnp.stack([0.0, 0.0, p["initial_lean_rate"], 0.0]).astype(dtype)
-    sol = SYSTEM.solve(y0, 0, {"A": A, "fall_angle": p["fall_angle"]}, settings)
+    return Start(y0, 0, {"A": state_matrix(design, p["v"]), "fall_angle": p["fall_angle"]})
 
+
+def finish(p, sol, settings):
+    """The outputs from the fall (if any) and the lean extrema in the event log."""
+    dtype = jnp.dtype(settings.dtype)
     fell = jnp.any(sol.event_code == FALLS)
     extremum = sol.event_code == LEAN_EXTREMUM
     count = jnp.sum(extremum)
@@ -69,6 +86,7 @@ def solve_response(p, settings):
     times = jnp.where(extremum, sol.event_t, jnp.nan)
     k = jnp.arange(times.size)
     spacing = (jnp.nanmax(jnp.where(k >= 1, times, jnp.nan)) - times[1]) / jnp.maximum(count - 2, 1)
+    design = {name: p[name] for name in DESIGN_NAMES}
     weave = tracked_eigenvalues(canonical_matrices(design), p["g"], p["v"])[0]
     outputs = {
         "fall_time": jnp.where(fell, sol.t, jnp.nan),
@@ -79,6 +97,13 @@ def solve_response(p, settings):
         "weave_period_linear": jnp.where(jnp.abs(weave.imag) > 0, 2 * jnp.pi / jnp.abs(weave.imag), jnp.nan),
     }
     return PointResult(outputs, sol.status, sol.num_steps, sol.num_events)
+
+
+# Declared as start -> hybrid solve -> finish, so the engine solves a batch on
+# refilling lanes (CPU) or in the fused kernel (GPU). The kernel takes the
+# system (the field A(v) y, the fall and lean-extremum conditions); A(v) (a 2x2
+# inverse) and the finish (the weave eigenvalue, complex) run around it.
+solve_response = HybridPoint(SYSTEM, start, finish)
 
 
 RESPONSE = Study(

@@ -1,0 +1,414 @@
+"""The hybrid solve of a block of lanes inside the fused kernel.
+
+One lane solves one point: every adaptive Runge-Kutta step (the settings'
+Butcher tableau and the arithmetic of diffrax's PIDController, as the lanes
+solver), event detection and location (the rules of engine.solve.locate: the
+first crossing in the declared direction, a root at a segment's start not a
+crossing, the cubic's root then Newton re-steps as on the lanes), resets and
+mode switches, from the lane's start (state, mode, arguments, horizon) to
+its HybridSolution. The system's functions (vector fields, conditions,
+targets, resets) are traced for one point and evaluated on lane vectors
+(engine.solve._lane_jaxpr), so a state of n components is n lane vectors and
+everything here is elementwise.
+
+The lanes of a block run in lockstep: the block's loop lasts as long as its
+slowest lane, and a finished lane is masked. Each iteration every lane takes
+one Runge-Kutta step, either a regular adaptive step or, while it locates a
+crossing, a re-step from the step's start to the current Newton iterate: the
+step, the costly part, is shared; the decisions are masked selects.
+
+Against the lanes solver: the same rules and arithmetic, except that locating
+starts from the step that detected the crossing (the lanes take it again, with
+the same result) and the step-size factor is a `pow` (the lanes' bit-level
+root is an XLA:CPU work-around); the tests compare the two point for point,
+steps included.
+"""
+
+import functools
+
+import diffrax
+import jax
+import jax.numpy as jnp
+
+from .._status import Status
+from . import _pallas_backend as backend
+from ._lane_jaxpr import LaneFunction, from_list, lane_vector
+from .hybrid import _INACTIVE, HybridSolution, HybridSystem
+from .lanes import _LOCATE_TRIES, _NONFINITE_SHRINK
+from .locate import crossed, hermite_root, start_value, time_tolerance
+from .settings import SolverSettings
+
+
+def _pick(options, index):
+    """options[index[l]] for every lane l of a list of lane vectors (all computed)."""
+    chosen = options[-1]
+    for i in reversed(range(len(options) - 1)):
+        chosen = jnp.where(index == i, options[i], chosen)
+    return chosen
+
+
+def _pick_state(options, index):
+    """_pick on lists of components."""
+    return [_pick(list(parts), index) for parts in zip(*options, strict=True)]
+
+
+def _select(conditions, choices, default):
+    """The first true condition's choice, lane by lane (as jnp.select)."""
+    chosen = default
+    for condition, choice in reversed(list(zip(conditions, choices, strict=True))):
+        chosen = jnp.where(condition, choice, chosen)
+    return chosen
+
+
+def _all(vectors):
+    return functools.reduce(jnp.logical_and, vectors)
+
+
+def _any(vectors):
+    return functools.reduce(jnp.logical_or, vectors)
+
+
+def _sum(vectors):
+    return functools.reduce(jnp.add, vectors)
+
+
+def _rms(vectors):
+    """settings.rms_norm over a state's components."""
+    return jnp.sqrt(_sum([v * v for v in vectors]) / len(vectors))
+
+
+class LaneSolve:
+    """The hybrid solve of `system` on a block's lanes, for states of n_state
+    components and the system's arguments shaped as `args` (a pytree of
+    jax.ShapeDtypeStruct). Calling it solves a block (see __call__)."""
+
+    def __init__(self, system: HybridSystem, settings: SolverSettings, n_state: int, args):
+        self.settings = settings
+        self.dtype = dtype = jnp.dtype(settings.dtype)
+        self.n_state = n_state
+        scalar = jax.ShapeDtypeStruct((), dtype)
+        state = jax.ShapeDtypeStruct((n_state,), dtype)
+        self.fields = [LaneFunction(m.vector_field, scalar, state, args, name=f"mode {m.name}") for m in system.modes]
+        transitions = system.transitions
+        self.sources = [source for source, _ in transitions]
+        self.directions = [tr.direction for _, tr in transitions]
+
+        def with_slope(condition):
+            def value_and_slope(t, y, f, a):
+                return jax.jvp(lambda t, y: condition(t, y, a), (t, y), (jnp.ones_like(t), f))
+
+            return value_and_slope
+
+        self.condition_slopes = [
+            LaneFunction(with_slope(tr.condition), scalar, state, state, args, name=f"transition {tr.name}")
+            for _, tr in transitions
+        ]
+        names_of = [tr.name for _, tr in transitions] or ["none"]
+        self.targets = [LaneFunction(f, scalar, state, args, name=f"target of {k}")
+                        for f, k in zip(system.targets(), names_of, strict=True)]
+        self.resets = [LaneFunction(f, scalar, state, args, name=f"reset of {k}")
+                       for f, k in zip(system.resets(), names_of, strict=True)]
+        self.ends_at_horizon = [m.ends_at_horizon for m in system.modes]
+        self.rows = system.event_rows(settings.max_segments)
+
+        solver = settings.make_solver()
+        self.tableau = solver.tableau
+        controller = settings.make_controller()
+        # Integral control only, as SolverSettings.make_controller sets up (and the lanes solver assumes).
+        assert controller.pcoeff == controller.dcoeff == 0 and controller.dtmin is None and controller.dtmax is None
+        self.error_order = float(solver.error_order(diffrax.ODETerm(system._vector_field)))
+        self.exponent = float(controller.icoeff) / self.error_order
+        self.rtol, self.atol = float(controller.rtol), float(controller.atol)
+        self.safety, self.factormin, self.factormax = (
+            float(controller.safety), float(controller.factormin), float(controller.factormax))
+
+    def solution_shapes(self) -> HybridSolution:
+        """The shapes and dtypes of a point's solution (what a finish reads)."""
+        dtype, n, rows = self.dtype, self.n_state, self.rows
+        return HybridSolution(
+            t=jax.ShapeDtypeStruct((), dtype), y=jax.ShapeDtypeStruct((n,), dtype),
+            mode=jax.ShapeDtypeStruct((), jnp.int32), status=jax.ShapeDtypeStruct((), jnp.int8),
+            num_steps=jax.ShapeDtypeStruct((), jnp.int32), num_events=jax.ShapeDtypeStruct((), jnp.int32),
+            event_t=jax.ShapeDtypeStruct((rows,), dtype), event_y=jax.ShapeDtypeStruct((rows, n), dtype),
+            event_code=jax.ShapeDtypeStruct((rows,), jnp.int32),
+        )
+
+    # ---- the study's functions on lane vectors
+
+    def _vectors(self, value, dtype, lanes):
+        return [lane_vector(e, dtype, lanes) for e in value.reshape(-1)]
+
+    def field(self, t, y, mode, args):
+        """The vector field of each lane's mode (every mode's is computed)."""
+        lanes = t.shape[0]
+        fields = [self._vectors(fn(from_list([t], ()), from_list(y, (self.n_state,)), args, lanes=lanes), self.dtype,
+                                lanes) for fn in self.fields]
+        return _pick_state(fields, mode) if len(fields) > 1 else fields[0]
+
+    def conditions(self, t, y, f, mode, args):
+        """Every transition's condition and its slope along f; a transition not
+        leaving a lane's mode is inactive there (constant, slope 0)."""
+        lanes = t.shape[0]
+        if not self.condition_slopes:
+            return [jnp.full((lanes,), _INACTIVE, self.dtype)], [jnp.zeros((lanes,), self.dtype)]
+        values, slopes = [], []
+        for fn, source in zip(self.condition_slopes, self.sources, strict=True):
+            value, slope = fn(from_list([t], ()), from_list(y, (self.n_state,)), from_list(f, (self.n_state,)), args,
+                              lanes=lanes)
+            active = mode == source
+            values.append(jnp.where(active, lane_vector(value[()], self.dtype, lanes), _INACTIVE))
+            slopes.append(jnp.where(active, lane_vector(slope[()], self.dtype, lanes), 0.0))
+        return values, slopes
+
+    def crossed(self, before, after):
+        directions = self.directions or [None]
+        return [crossed(b, a, d) for b, a, d in zip(before, after, directions, strict=True)]
+
+    def step(self, t0, t1, y0, f0, mode, args):
+        """One explicit Runge-Kutta step of the tableau (coefficients as Python
+        floats), as the lanes' _Machine.step: new state, error estimate, and the
+        vector field at the new state."""
+        tableau = self.tableau
+        h = t1 - t0
+
+        def combine(weights, ks):
+            terms = [(float(w), k) for w, k in zip(weights, ks, strict=True) if w != 0]
+            if not terms:
+                return [jnp.zeros_like(t0)] * self.n_state
+            return [_sum([w * k[i] for w, k in terms]) for i in range(self.n_state)]
+
+        ks = [f0]
+        for c, a in zip(tableau.c, tableau.a_lower, strict=True):
+            increment = combine(a, ks)
+            ks.append(self.field(t0 + float(c) * h, [y + h * d for y, d in zip(y0, increment, strict=True)], mode,
+                                 args))
+        y1 = [y + h * d for y, d in zip(y0, combine(tableau.b_sol, ks), strict=True)]
+        error = [h * e for e in combine(tableau.b_error, ks)]
+        f1 = ks[-1] if tableau.fsal else self.field(t1, y1, mode, args)
+        return y1, error, f1
+
+    def adapt(self, t0, t1, y0, y1, y_error):
+        """diffrax's PIDController.adapt_step_size (integral control), lane-wise:
+        accept the step?, and the next step's size."""
+        nan = _any([jnp.isnan(y) for y in y1])
+        scaled = [e / (self.atol + jnp.maximum(jnp.abs(a), jnp.abs(jnp.where(nan, a, b))) * self.rtol)
+                  for e, a, b in zip(y_error, y0, y1, strict=True)]
+        scaled_error = _rms(scaled)
+        keep = scaled_error < 1
+        factor = jnp.clip(
+            self.safety * jnp.power(scaled_error, -self.exponent),
+            min=jnp.where(keep, 1.0, self.factormin),
+            max=jnp.where(keep, self.factormax, self.safety),
+        )
+        next_t0 = jnp.where(keep, t1, t0)
+        return keep, (next_t0 + (t1 - t0) * factor) - next_t0
+
+    def first_step(self, t0, y0, f0, mode, args, horizon):
+        """diffrax's initial step-size guess (PIDController.init with dt0=None),
+        as every segment of diffeqsolve starts, clipped to the horizon."""
+        scale = [self.atol + jnp.abs(y) * self.rtol for y in y0]
+        d0 = _rms([y / s for y, s in zip(y0, scale, strict=True)])
+        d1 = _rms([f / s for f, s in zip(f0, scale, strict=True)])
+        small = (d0 < 1e-5) | (d1 < 1e-5)
+        h0 = jnp.where(small, 1e-6, 0.01 * (d0 / jnp.where(small, 1.0, d1)))
+        f1 = self.field(t0 + h0, [y + h0 * f for y, f in zip(y0, f0, strict=True)], mode, args)
+        d2 = _rms([(b - a) / s for a, b, s in zip(f0, f1, scale, strict=True)]) / h0
+        max_d = jnp.maximum(d1, d2)
+        h1 = jnp.where(max_d <= 1e-15, jnp.maximum(1e-6, h0 * 1e-3), jnp.power(0.01 / max_d, 1 / self.error_order))
+        t1 = t0 + jnp.minimum(100 * h0, h1)
+        return jnp.minimum(t1 - t0, horizon - t0)
+
+    def segment_start(self, t, y, mode, args, horizon):
+        """First stage, conditions (a root at the start is not a crossing: start_value),
+        their slopes, and the first step size of a segment starting at (t, y)."""
+        f = self.field(t, y, mode, args)
+        g, dg = self.conditions(t, y, f, mode, args)
+        return f, [start_value(v, s, t) for v, s in zip(g, dg, strict=True)], dg, self.first_step(
+            t, y, f, mode, args, horizon)
+
+    def event(self, code, t, y, mode, args, horizon):
+        """The transition `code` fired at (t, y): its target, the reset state and
+        the next segment's start."""
+        lanes = t.shape[0]
+        t_, y_ = from_list([t], ()), from_list(y, (self.n_state,))
+        target = _pick([lane_vector(fn(t_, y_, args, lanes=lanes)[()], jnp.int32, lanes) for fn in self.targets], code)
+        y_next = _pick_state([self._vectors(fn(t_, y_, args, lanes=lanes), self.dtype, lanes) for fn in self.resets],
+                             code)
+        next_mode = jnp.where(target >= 0, target, mode)
+        return (target, y_next, next_mode) + tuple(self.segment_start(t, y_next, next_mode, args, horizon))
+
+    # ---- the loop
+
+    def __call__(self, active, y0, mode0, args, horizon) -> HybridSolution:
+        """Solve every active lane (active: a boolean lane vector) from its
+        start: y0 (n_state lane vectors), mode0 and horizon (lane vectors),
+        args (the arguments' pytree, leaves object arrays of lane vectors and
+        constants). Returns the lanes' solutions, each field an object array
+        of lane vectors."""
+        dtype = self.dtype
+        lanes = active.shape[0]
+        t0 = jnp.zeros((lanes,), dtype)
+        f0, g0, dg0, h0 = self.segment_start(t0, y0, mode0, args, horizon)
+
+        def full(value, dt):
+            return jnp.full((lanes,), value, dt)
+
+        nan, zero = full(jnp.nan, dtype), full(0, jnp.int32)
+        init = dict(
+            t=t0, y=y0, f=f0, g=g0, dg=dg0, mode=mode0, h=h0, steps=zero, segment_steps=zero,
+            status=full(int(Status.PENDING), jnp.int32), events=zero,
+            event_t=[nan] * self.rows, event_code=[full(-1, jnp.int32)] * self.rows,
+            event_y=[[nan] * self.n_state for _ in range(self.rows)],
+            locating=full(False, bool), span=t0, code=zero, lo=t0, hi=t0, dt=t0, nudge=t0,
+            creeping=full(False, bool), tries=zero,
+        )
+
+        def running(s):
+            return backend.any_lane((s["status"] == Status.PENDING) & active)
+
+        final = jax.lax.while_loop(running, functools.partial(self.iteration, active, args, horizon), init)
+        solution = HybridSolution(
+            t=from_list([final["t"]], ()), y=from_list(final["y"], (self.n_state,)),
+            mode=from_list([final["mode"]], ()),
+            status=from_list([final["status"]], ()), num_steps=from_list([final["steps"]], ()),
+            num_events=from_list([final["events"]], ()), event_t=from_list(final["event_t"], (self.rows,)),
+            event_y=from_list([v for row in final["event_y"] for v in row], (self.rows, self.n_state)),
+            event_code=from_list(final["event_code"], (self.rows,)),
+        )
+        return solution
+
+    def iteration(self, active, args, horizon, s):
+        """One Runge-Kutta step of every running lane: a regular adaptive step, or
+        a re-step of a lane locating a crossing (the rules of lanes.py: a step that
+        crossed a condition parks the lane to locate it; its Newton re-steps)."""
+        settings = self.settings
+        pending = (s["status"] == Status.PENDING) & active
+        locating = pending & s["locating"]
+        stepping = pending & ~s["locating"]
+        t, y, f, mode = s["t"], s["y"], s["f"], s["mode"]
+        to_horizon = horizon - t
+        clipped = stepping & (s["h"] >= to_horizon)
+        span = jnp.where(clipped, to_horizon, s["h"])
+        t1 = jnp.where(s["locating"], t + s["dt"], jnp.where(clipped, horizon, t + span))
+        y1, y_error, f1 = self.step(t, t1, y, f, mode, args)
+        g1, dg1 = self.conditions(t1, y1, f1, mode, args)
+        finite = _all([jnp.isfinite(v) for v in y1])
+        crossings = self.crossed(s["g"], g1)
+
+        # ---- a regular step: taken, rejected, or parked at a crossing
+        keep, h_adapted = self.adapt(t, t1, y, y1, y_error)
+        keep = keep & finite
+        h_next = jnp.where(finite, h_adapted, _NONFINITE_SHRINK * span)
+        detect = stepping & keep & _any(crossings)
+        moves = stepping & keep & ~detect
+        at_horizon = moves & clipped
+        segment_steps = s["segment_steps"] + stepping
+        out_of_steps = stepping & ~detect & ~at_horizon & (segment_steps >= settings.max_steps)
+        ends = _pick([jnp.asarray(e) for e in self.ends_at_horizon], mode) if len(self.ends_at_horizon) > 1 else (
+            jnp.asarray(self.ends_at_horizon[0]))
+        status = _select(
+            [at_horizon & ends, at_horizon, out_of_steps],
+            [int(Status.SUCCESS), int(Status.EVENT_NOT_FOUND), int(Status.MAX_STEPS)],
+            s["status"],
+        )
+        # Locating starts from the cubic's root of the earliest crossed condition
+        # (lanes' start_locating, with the step just taken): computed only in an
+        # iteration where some lane detected a crossing (a few in a hundred).
+        parked_span = t1 - t
+
+        def earliest_root():
+            roots = [jnp.where(c, hermite_root(a, da, b, db, parked_span, d), jnp.inf)
+                     for c, a, da, b, db, d in zip(crossings, s["g"], s["dg"], g1, dg1, self.directions or [None],
+                                                   strict=True)]
+            first, best = jnp.zeros_like(mode), roots[0]
+            for j in range(1, len(roots)):
+                smaller = roots[j] < best
+                first, best = jnp.where(smaller, j, first), jnp.where(smaller, roots[j], best)
+            return first, best
+
+        first, best = jax.lax.cond(backend.any_lane(detect), earliest_root,
+                                   lambda: (jnp.zeros_like(mode), jnp.zeros_like(t)))
+
+        # ---- a re-step of a lane locating its crossing (lanes' _Machine.locate)
+        code, dt, lo, hi = s["code"], s["dt"], s["lo"], s["hi"]
+        tol = time_tolerance(t, t + s["span"])
+        value, slope = _pick(g1, code), _pick(dg1, code)
+        past = _pick(crossings, code) & (dt > 0)
+        lo = jnp.where(past, lo, dt)
+        hi = jnp.where(past, dt, hi)
+        raw = dt - value / jnp.where(slope != 0, slope, 1.0)
+        converged = (finite & (jnp.abs(raw - dt) <= 2 * tol)) | (hi - lo <= tol)
+        newton = jnp.where((raw > lo) & (raw < hi) & finite, jnp.minimum(raw + tol, hi), 0.5 * (lo + hi))
+        settled = converged | s["creeping"]
+        others = [c & (code != j) for j, c in enumerate(crossings)]
+        switch = locating & settled & past & _any(others)
+        other = _select(others, list(range(len(others))), 0)
+        g_other, g1_other = _pick(s["g"], other), _pick(g1, other)
+        located = locating & settled & past & ~switch
+        creep = locating & settled & ~past
+        tries = s["tries"] + locating
+        lost = locating & ~located & (tries >= _LOCATE_TRIES)
+
+        # ---- the event: recorded, then the solve ends or goes on in the next mode.
+        # Its work (targets, resets, the next segment's start) is done only in an
+        # iteration where some lane located a crossing.
+        def fired():
+            return self.event(code, t1, y1, mode, args, horizon)
+
+        def quiet():
+            return (jnp.full_like(mode, -1), y1, mode, f1, g1, dg1, s["h"])
+
+        target, y_next, next_mode, f_next, g_next, dg_next, h_first = jax.lax.cond(
+            backend.any_lane(located), fired, quiet)
+        reset_finite = _all([jnp.isfinite(v) for v in y_next])
+        goes_on = located & (target >= 0) & reset_finite & (s["events"] + 1 < settings.max_segments)
+        status = _select(
+            [located & (target < 0), located & ~reset_finite, located & ~goes_on, lost],
+            [int(Status.SUCCESS), int(Status.NONFINITE), int(Status.MAX_SEGMENTS), int(Status.SOLVER_FAILED)],
+            status,
+        )
+        step_on = locating & ~switch & ~creep
+        k = jnp.minimum(s["events"], self.rows - 1)
+        logged = [located & (k == r) for r in range(self.rows)]
+
+        def state(regular, on, after, before):
+            """A state's components: after a regular step, going on after an
+            event, at an event that ends the solve (None: unchanged), or as before."""
+            after = before if after is None else after
+            return [jnp.where(moves, a, jnp.where(goes_on, b, jnp.where(located, c, d)))
+                    for a, b, c, d in zip(regular, on, after, before, strict=True)]
+
+        zero = jnp.zeros_like(t)
+        return dict(
+            t=jnp.where(moves | located, t1, t),
+            y=state(y1, y_next, y1, y),
+            f=state(f1, f_next, None, f),
+            g=state(g1, g_next, None, s["g"]),
+            dg=state(dg1, dg_next, None, s["dg"]),
+            mode=jnp.where(goes_on, next_mode, mode),
+            h=jnp.where(stepping, h_next, jnp.where(goes_on, h_first, s["h"])),
+            steps=s["steps"] + stepping,
+            segment_steps=jnp.where(goes_on, 0, segment_steps),
+            status=status,
+            events=s["events"] + located,
+            event_t=[jnp.where(w, t1, v) for w, v in zip(logged, s["event_t"], strict=True)],
+            event_code=[jnp.where(w, code, v) for w, v in zip(logged, s["event_code"], strict=True)],
+            event_y=[[jnp.where(w, a, b) for a, b in zip(y1, row, strict=True)]
+                     for w, row in zip(logged, s["event_y"], strict=True)],
+            locating=(s["locating"] & ~located & ~lost) | detect,
+            span=jnp.where(detect, parked_span, jnp.where(switch, dt, s["span"])),
+            code=jnp.where(detect, first, jnp.where(switch, other, code)),
+            dt=jnp.where(detect, best, _select(
+                [switch, creep, step_on],
+                [dt * g_other / jnp.where(g_other == g1_other, 1.0, g_other - g1_other),
+                 jnp.minimum(dt + s["nudge"], hi), newton],
+                dt,
+            )),
+            lo=jnp.where(detect | switch, zero, jnp.where(locating, lo, s["lo"])),
+            hi=jnp.where(detect, parked_span, jnp.where(switch, dt, jnp.where(locating, hi, s["hi"]))),
+            nudge=jnp.where(detect, jnp.maximum(time_tolerance(t, t1), 1e-300), jnp.where(
+                creep, 4 * s["nudge"], jnp.where(switch, jnp.maximum(tol, 1e-300), s["nudge"]))),
+            creeping=jnp.where(detect, False, jnp.where(locating, creep, s["creeping"])),
+            tries=jnp.where(detect | switch, 0, jnp.where(locating, tries, s["tries"])),
+        )
+
