@@ -54,7 +54,10 @@ def _describe_solvers(study) -> None:
     on_gpu = default_solver(study, Device(platform="gpu"))
     reason = SOLVERS["fused"].unsupported(study)
     print(f"  solver on a GPU: {on_gpu}" + (f" (not fused: {reason})" if on_gpu != "fused" and reason else ""))
-    if on_gpu != "fused":
+    if on_gpu == "fused":
+        for part, why in SOLVERS["fused"].outside(study).items():
+            print(f"  on a GPU, its {part} runs outside the kernel: {why}")
+    else:
         print(f"  on a GPU machine, sweeps under {GPU_MIN_POINTS:,} points run on its CPU cores")
 
 
