@@ -3,13 +3,15 @@
 Ferrari's factorisation splits the quartic into two real quadratics, so each
 pair of roots is exactly real or an exact conjugate pair, and the structure
 (how many roots are real) is read off the quadratics, not off a tolerance.
-Closed forms lose digits to cancellation in some cases; a fixed number of
-Aberth steps (quadratic convergence, no data-dependent exit) restores them.
+Closed forms lose digits to cancellation in some cases; one Newton step per
+root (no data-dependent exit) restores them. Measured against 40-digit roots
+(mpmath) on 20,000 random bicycle designs and speeds and beside 321 double
+roots: one Newton step, two, and the two Aberth steps used before all leave
+the same worst error, the roots' own conditioning (1.4e-11 relative at 1e-9
+from a double root; 1e-13 elsewhere), at a tenth of the Aberth steps' cost.
 """
 
 import jax.numpy as jnp
-
-POLISH_STEPS = 2  # from the closed form's ~1e-8 worst relative error: 1e-8 -> 1e-16 -> rounding
 
 
 def horner(coeffs, z):
@@ -97,27 +99,31 @@ def closed_form_roots(a):
     return roots, jnp.stack([one_real, two_real])
 
 
-def polish(a, z, steps=POLISH_STEPS):
-    """A fixed number of Aberth steps on all four roots at once (the mutual repulsion
-    keeps two iterates off the same root); conjugate-symmetric, so exactly real roots
-    and exact conjugate pairs stay so."""
-    coeffs = a / a[4]
-    off_diagonal = ~jnp.eye(4, dtype=bool)
-    for _ in range(steps):
-        p, dp = horner(coeffs, z)
-        ratio = p / jnp.where(dp == 0, 1.0, dp)
-        diff = jnp.where(off_diagonal, z[:, None] - z[None, :], 1.0)
-        repulsion = jnp.sum(jnp.where(off_diagonal, 1.0 / diff, 0.0), axis=1)
-        update = ratio / (1.0 - ratio * repulsion)
-        # At an exact root (p = 0) or a singular step (coinciding roots): keep the iterate.
-        z = z - jnp.where((p != 0) & (dp != 0) & jnp.isfinite(update), update, 0.0)
-    return z
+def _squared_magnitude(z):
+    return z.real * z.real + z.imag * z.imag
+
+
+def polish(a, z, real):
+    """One Newton step on each root of `closed_form_roots` (roots z, factors' `real`
+    flags), kept only where it lowers the residual |p|: beside a near-double root
+    an iterate close to the two roots' midpoint would be thrown far (p' ~ 0).
+    The factors' structure is kept exactly: a real factor's roots real, a complex
+    factor's roots a conjugate pair, +imag first."""
+    p, dp = horner(a, z)
+    moved = z - p / jnp.where(dp == 0, 1.0, dp)
+    residual, _ = horner(a, moved)
+    z = jnp.where(_squared_magnitude(residual) < _squared_magnitude(p), moved, z)  # False for NaN
+    plus, minus = z[0::2], z[1::2]
+    pair = plus.real + 1j * jnp.abs(plus.imag)
+    plus = jnp.where(real, plus.real + 0j, pair)
+    minus = jnp.where(real, minus.real + 0j, jnp.conj(pair))
+    return jnp.stack([plus[0], minus[0], plus[1], minus[1]])
 
 
 def quartic_roots(a):
     """`closed_form_roots`, polished: (roots (4,) complex, real (2,) bool)."""
     roots, real = closed_form_roots(a)
-    return polish(a, roots), real
+    return polish(a, roots, real), real
 
 
 # The six pairs of four roots, and for each the other two.
@@ -127,8 +133,9 @@ OTHERS = ((2, 3), (1, 3), (1, 2), (0, 3), (0, 2), (0, 1))
 
 def closest_pair(z):
     """The two closest of four roots (where two merge): a mask over PAIRS, and
-    the real part of their midpoint."""
-    gaps = jnp.stack([jnp.abs(z[i] - z[j]) for i, j in PAIRS])
+    the real part of their midpoint. Squared distances: a complex abs is a
+    scaled hypot, several times the cost."""
+    gaps = jnp.stack([_squared_magnitude(z[i] - z[j]) for i, j in PAIRS])
     mids = jnp.stack([(z[i] + z[j]).real / 2 for i, j in PAIRS])
     closest = first_true(gaps == jnp.min(gaps))
     return closest, jnp.sum(jnp.where(closest, mids, 0.0))

@@ -168,28 +168,19 @@ def _descending(x):
 
 
 def _canonical_pair(z):
-    """Weave entries: for a conjugate pair, positive imaginary part first and
-    exactly conjugate; for two real roots, the larger first, imaginary rounding
-    dropped. The weave labels follow the two branches that are positive and real
-    at v = 0; in the benchmark (and designs like it) they merge into the weave
-    pair. In a design where one of them pairs with another branch instead, the
-    entries stay as tracked: each is a root, never an average of two."""
-    a, b = z[0], z[1]
-    scale = 1.0 + jnp.abs(a) + jnp.abs(b)
-    real_pair = (jnp.abs(a.imag) <= 1e-9 * scale) & (jnp.abs(b.imag) <= 1e-9 * scale)
-    conjugate_pair = ~real_pair & (jnp.abs(a - jnp.conj(b)) <= 1e-6 * scale)
-    swap = jnp.where(conjugate_pair, b.imag > a.imag, real_pair & (b.real > a.real))
+    """Weave entries: for a conjugate pair, positive imaginary part first; for two
+    real roots, the larger first. The weave labels follow the two branches that
+    are positive and real at v = 0; in the benchmark (and designs like it) they
+    merge into the weave pair. In a design where one of them pairs with another
+    branch instead, the entries stay as tracked. Capsize and caster: if they form
+    a conjugate pair, capsize takes +imag (which of two roots that merged takes
+    which label is a convention). Exact comparisons: the polished roots are
+    exactly real or exact conjugate pairs (`_quartic.polish`)."""
+    a, b, c, d = z[0], z[1], z[2], z[3]
+    conjugate = (a.imag != 0) & (b == jnp.conj(a))
+    both_real = (a.imag == 0) & (b.imag == 0)
+    swap = jnp.where(conjugate, b.imag > a.imag, both_real & (b.real > a.real))
     a, b = jnp.where(swap, b, a), jnp.where(swap, a, b)
-    mean = (a + jnp.conj(b)) / 2
-    a = jnp.select([conjugate_pair, real_pair], [mean, a.real + 0j], a)
-    b = jnp.select([conjugate_pair, real_pair], [jnp.conj(mean), b.real + 0j], b)
-    # Capsize and caster: as computed, less any imaginary rounding residue a real
-    # root may keep; if they form a conjugate pair, capsize takes +imag (which of
-    # two roots that merged takes which label is a convention).
-    c, d = z[2], z[3]
-    eps = jnp.finfo(c.real.dtype).eps
-    c = jnp.where(jnp.abs(c.imag) <= 8 * eps * jnp.abs(c), c.real + 0j, c)
-    d = jnp.where(jnp.abs(d.imag) <= 8 * eps * jnp.abs(d), d.real + 0j, d)
-    pair = (c.imag != 0) & (jnp.abs(c - jnp.conj(d)) <= 1e-6 * (1.0 + jnp.abs(c) + jnp.abs(d)))
-    c, d = jnp.where(pair & (d.imag > c.imag), d, c), jnp.where(pair & (d.imag > c.imag), c, d)
+    swap = (c.imag != 0) & (d == jnp.conj(c)) & (d.imag > c.imag)
+    c, d = jnp.where(swap, d, c), jnp.where(swap, c, d)
     return jnp.stack([a, b, c, d])
