@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from engine import Output, PointResult, Status, Study, demo_configs
 
-from ._canonical import canonical_matrices, state_matrix
+from ._canonical import canonical_entries, state_matrix
 from ._figures import figures
 from ._parameters import CONSTRAINTS, DESIGN_NAMES, PARAMETERS, load_design
 from ._roots import MODES, tracked_eigenvalues
@@ -28,7 +28,7 @@ OUTPUTS = (
 
 
 def solve_point(p, settings):
-    matrices = canonical_matrices({k: p[k] for k in DESIGN_NAMES})
+    matrices = canonical_entries({k: p[k] for k in DESIGN_NAMES})
     g, max_speed = p["g"], p["max_speed"]
     eigenvalues = tracked_eigenvalues(matrices, g, p["v"])
     vw, _ = weave_speed(matrices, g, max_speed)
