@@ -48,6 +48,9 @@ def canonical_entries(p):
     IAxx = IHxx + IFxx + mH * (zH - zA) ** 2 + mF * (rF + zA) ** 2
     IAxz = IHxz - mH * (xH - xA) * (zH - zA) + mF * (w - xA) * (rF + zA)
     IAzz = IHzz + IFzz + mH * (xH - xA) ** 2 + mF * (w - xA) ** 2
+    # Used in many entries below: the trigonometry and divisions once (see _materialise).
+    sin, cos, xT, zT, xA, zA, ITxx, ITxz, ITzz, IAxx, IAxz, IAzz = materialise(
+        (sin, cos, xT, zT, xA, zA, ITxx, ITxz, ITzz, IAxx, IAxz, IAzz))
 
     # Steer axis: offset of A's centre ahead of it, inertias about / across it.
     uA = (xA - w - c) * cos - zA * sin
