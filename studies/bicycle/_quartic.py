@@ -14,8 +14,10 @@ Written on scalars (a point's four roots are four values, a polynomial a tuple
 of coefficients), not on small stacked arrays: vmapped, every step is then an
 elementwise operation over the batch, which XLA fuses into a few loops, where
 stacks, reductions over four or six entries and their transposes each became
-a kernel of their own (measured on CPU: the quartic and its polish at v went
-from 0.58 to ... microseconds a point).
+a kernel of their own (`_materialise` says where values are computed once).
+Measured on CPU (CPU time, batches of 4,096, the benchmark bicycle from 0 to
+10 m/s): the quartic at v with its polish from 0.36 to 0.12 microseconds a
+point, two thirds of that saving the Aberth steps' 4x4 complex repulsion.
 """
 
 import jax

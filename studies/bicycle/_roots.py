@@ -24,17 +24,12 @@ the result depends on the point's own parameters alone.
 A point's four roots, labels and permutations are handled as separate
 scalars, and the grid's sign changes as the bits of two 32-bit words, so
 that finding the next collision is a few integer operations: vmapped, the
-loop over collisions then holds no operation over the grid's nodes, and the
-rest is elementwise arithmetic that XLA fuses into few loops (measured on
-CPU, where each masked reduction over the 64 nodes and each stacked 4-vector
-had been a kernel of its own: the labels of a benchmark point went from
-0.64 to ... microseconds).
-
-Limitations, as of any labelling by branches: where two roots collide the
-labels of the two are a convention; two collisions closer together than the
-grid's spacing, |v| / EVENT_GRID, are not seen (a merge undone by a split of
-the same two roots changes no label); and with no real root at all (two
-pairs) the pairs are told apart by their real parts.
+loop over collisions holds no operation over the grid's nodes (each masked
+reduction over the 64 nodes had been a kernel of its own, run once per
+collision), and the rest is elementwise arithmetic that XLA fuses into few
+loops. Measured (CPU time, batches of 4,096, the benchmark bicycle
+from 0 to 10 m/s, one collision below most speeds): the labels from 0.41 to
+0.19 microseconds a point.
 """
 
 import jax
