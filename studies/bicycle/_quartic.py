@@ -48,7 +48,7 @@ def invariants(a):
 def discriminant(a):
     """27 times the discriminant of the quartic with ascending coefficients `a`:
     negative exactly when two roots are real and two a conjugate pair, zero where
-    two roots coincide. From the invariants: a fifth of the multiplications of
+    two roots coincide. From the invariants: about a third of the multiplications of
     the expanded sixteen-term formula."""
     i, j = invariants(a)
     return 4 * (i * i * i) - j * j

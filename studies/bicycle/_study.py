@@ -64,6 +64,7 @@ STUDY = Study(
     constraints=CONSTRAINTS,
     read_parameter_file=load_design,
     # Points per compiled call on CPU. CPU time a point, eigenvalues of a (trail, speed) grid: 1,024: 0.67-0.75 us,
-    # 2,048: 0.54-0.59, 4,096: 0.50-0.51, 16,384: 0.50-0.53 (each call's ~120 kernels cost their start-up).
+    # 2,048: 0.54-0.59, 4,096: 0.50-0.59, 16,384: 0.50-0.53 (each call's ~120 kernels cost their start-up); past
+    # 2,048 little is gained, and the engine plans 16 KiB of memory a point for each call in flight.
     batch_size=2048,
 )
