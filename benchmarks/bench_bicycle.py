@@ -18,7 +18,9 @@ numpy's batched eigvals on an (n, 4, 4) stack; jax.jit(jax.vmap(eigvals))
 (LAPACK: CPU only); numba (njit, parallel prange, np.linalg.eigvals per speed).
 Then a (design, speed) grid: trail c x speed v, `rollsweep run` end to end and
 the compiled calls alone (every point's design is its own: nothing per design
-is shared between points).
+is shared between points). Shard sizes as the configs set them:
+configs/bicycle_eigen_speed.toml for the speeds, configs/bicycle_trail_speed.toml
+for the grid.
 
 Errors: against Table 2 of the paper (v = 0 and 1..10 m/s, tests/bicycle_reference.py;
 the speeds 0..10 lie on the default grid), comparing the four eigenvalues as
@@ -30,7 +32,9 @@ Run: python benchmarks/bench_bicycle.py [--points N]
 
 import argparse
 import itertools
+import pathlib
 import time
+import tomllib
 
 import numpy as np
 from _common import (
@@ -56,7 +60,15 @@ import bicycle_reference as ref  # noqa: E402
 
 MODES = ("weave", "weave_conjugate", "capsize", "caster")  # the study's output order
 OUTPUTS = ("eigenvalue_real", "eigenvalue_imag")
-SHARD_SIZE = 2048  # configs/bicycle_eigen_speed.toml
+CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
+
+
+def config_shard_size(name):
+    return tomllib.loads((CONFIGS / name).read_text())["run"]["shard_size"]
+
+
+SHARD_SIZE = config_shard_size("bicycle_eigen_speed.toml")
+GRID_SHARD_SIZE = config_shard_size("bicycle_trail_speed.toml")
 PERMUTATIONS = np.array(list(itertools.permutations(range(4))))
 
 
@@ -149,7 +161,9 @@ def main():
     parser.add_argument("--grid", type=int, nargs=2, default=(100, 10_001), metavar=("TRAILS", "SPEEDS"),
                         help="the (design, speed) grid: trail values x speeds")
     parser.add_argument("--loop-points", type=int, default=20_001, help="speeds of the Python loop (a subsample)")
-    parser.add_argument("--shard-size", type=int, default=SHARD_SIZE)
+    parser.add_argument("--shard-size", type=int, default=SHARD_SIZE, help="shards of the speed sweep")
+    parser.add_argument("--grid-shard-size", type=int, default=GRID_SHARD_SIZE,
+                        help="shards of the (design, speed) grid")
     parser.add_argument("--quick", action="store_true", help="a small grid, for a smoke test")
     args = parser.parse_args()
     if args.quick:
@@ -264,17 +278,19 @@ def design_speed_grid(args, batch, selected, settings):
 
     def text(c_count):
         grid = axes | {"c": {"linspace": [0.06, 0.10, c_count]}}
-        return lambda out: sweep_text("bicycle", grid, outputs=OUTPUTS, out=out, run={"shard_size": args.shard_size})
+        return lambda out: sweep_text("bicycle", grid, outputs=OUTPUTS, out=out,
+                                      run={"shard_size": args.grid_shard_size})
 
     points = trails * speeds
-    _, seconds, _ = engine_end_to_end(text(trails), OUTPUTS, repeat=1, warmup=text(max(1, trails // 10)))
+    _, seconds, _ = engine_end_to_end(text(trails), OUTPUTS, warmup=text(max(1, trails // 10)))
     end_to_end = points / seconds
     c, v = np.meshgrid(np.linspace(0.06, 0.10, trails), np.linspace(0.0, 10.0, speeds), indexing="ij")
     columns = {k: np.full(points, x) for k, x in STUDY.defaults.items()} | {"c": c.ravel(), "v": v.ravel()}
     _, compiled = best_of(lambda: evaluate(STUDY, settings, columns, batch, outputs=selected), repeat=2,
                           warmup=False)
-    print(f"(design, speed) grid, {trails:,} trails x {speeds:,} speeds = {points:,} points: engine rollsweep run "
-          f"{end_to_end:,.0f} points/s, compiled calls only (batch {batch}) {points / compiled:,.0f} points/s")
+    print(f"(design, speed) grid, {trails:,} trails x {speeds:,} speeds = {points:,} points, shards of "
+          f"{args.grid_shard_size:,}: engine rollsweep run {end_to_end:,.0f} points/s (best of 3), compiled calls only "
+          f"(batch {batch}) {points / compiled:,.0f} points/s")
 
 
 if __name__ == "__main__":

@@ -11,9 +11,18 @@ never mutates it, and is vmappable over every parameter.
 
 import jax.numpy as jnp
 
+from ._materialise import materialise
+
 
 def canonical_matrices(p):
     """M, C1, K0, K2 (each 2x2) from the 25 design parameters."""
+    return tuple(jnp.stack([jnp.stack(row) for row in matrix]) for matrix in canonical_entries(p))
+
+
+def canonical_entries(p):
+    """M, C1, K0, K2 as nested tuples of scalars ((m00, m01), (m10, m11)): the
+    per-point path reads entries, and a stacked 2x2 per point costs XLA a
+    concatenation and a transpose a matrix."""
     w, c, lam = p["w"], p["c"], p["lam"]
     rR, mR, IRxx, IRyy = p["rR"], p["mR"], p["IRxx"], p["IRyy"]
     xB, zB, mB = p["xB"], p["zB"], p["mB"]
@@ -39,6 +48,9 @@ def canonical_matrices(p):
     IAxx = IHxx + IFxx + mH * (zH - zA) ** 2 + mF * (rF + zA) ** 2
     IAxz = IHxz - mH * (xH - xA) * (zH - zA) + mF * (w - xA) * (rF + zA)
     IAzz = IHzz + IFzz + mH * (xH - xA) ** 2 + mF * (w - xA) ** 2
+    # Used in many entries below: the trigonometry and divisions once (see _materialise).
+    sin, cos, xT, zT, xA, zA, ITxx, ITxz, ITzz, IAxx, IAxz, IAzz = materialise(
+        (sin, cos, xT, zT, xA, zA, ITxx, ITxz, ITzz, IAxx, IAxz, IAzz))
 
     # Steer axis: offset of A's centre ahead of it, inertias about / across it.
     uA = (xA - w - c) * cos - zA * sin
@@ -50,19 +62,19 @@ def canonical_matrices(p):
     ST = SR + SF
     SA = mA * uA + mu * mT * xT
 
-    def mat(a, b, c_, d):
-        return jnp.stack([jnp.stack([a, b]), jnp.stack([c_, d])])
-
-    zero = jnp.zeros_like(mT)
-    M = mat(ITxx, IAlx + mu * ITxz, IAlx + mu * ITxz, IAll + 2 * mu * IAlz + mu**2 * ITzz)
-    K0 = mat(mT * zT, -SA, -SA, -SA * sin)
-    K2 = mat(zero, (ST - mT * zT) * cos / w, zero, (SA + SF * sin) * cos / w)
-    C1 = mat(
-        zero,
-        mu * ST + SF * cos + ITxz * cos / w - mu * mT * zT,
-        -(mu * ST + SF * cos),
+    # The eleven distinct non-zero entries, computed once (see _materialise).
+    m00, m01, m11, k0_00, k0_01, k0_11, k2_01, k2_11, c1_01, c1_10, c1_11 = materialise((
+        ITxx, IAlx + mu * ITxz, IAll + 2 * mu * IAlz + mu**2 * ITzz,
+        mT * zT, -SA, -SA * sin,
+        (ST - mT * zT) * cos / w, (SA + SF * sin) * cos / w,
+        mu * ST + SF * cos + ITxz * cos / w - mu * mT * zT, -(mu * ST + SF * cos),
         IAlz * cos / w + mu * (SA + ITzz * cos / w),
-    )
+    ))
+    zero = jnp.zeros_like(m00)
+    M = (m00, m01), (m01, m11)
+    K0 = (k0_00, k0_01), (k0_01, k0_11)
+    K2 = (zero, k2_01), (zero, k2_11)
+    C1 = (zero, c1_01), (c1_10, c1_11)
     return M, C1, K0, K2
 
 

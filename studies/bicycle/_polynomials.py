@@ -14,16 +14,17 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
+from ._materialise import materialise
 from ._quartic import discriminant
 
 
 def _det(x):
-    return x[0, 0] * x[1, 1] - x[0, 1] * x[1, 0]
+    return x[0][0] * x[1][1] - x[0][1] * x[1][0]
 
 
 def _cross(x, y):
     """det(x + y) - det(x) - det(y) for 2x2 x, y: the bilinear part."""
-    return x[0, 0] * y[1, 1] + y[0, 0] * x[1, 1] - x[0, 1] * y[1, 0] - y[0, 1] * x[1, 0]
+    return x[0][0] * y[1][1] + y[0][0] * x[1][1] - x[0][1] * y[1][0] - y[0][1] * x[1][0]
 
 
 class SpeedPolynomials(NamedTuple):
@@ -37,10 +38,14 @@ class SpeedPolynomials(NamedTuple):
     k40: object
 
     def coefficients(self, v):
-        """(a0, a1, a2, a3, a4) at speed v."""
+        """(a0, a1, a2, a3, a4) at speed v, stacked."""
+        return jnp.stack(self.coefficients_at(v))
+
+    def coefficients_at(self, v):
+        """(a0, a1, a2, a3, a4) at speed v, a tuple of scalars."""
         u = v * v
-        return jnp.stack([self.k00 + self.k02 * u, v * (self.k11 + self.k13 * u), self.k20 + self.k22 * u,
-                          v * self.k31, self.k40 + 0 * v])
+        return (self.k00 + self.k02 * u, v * (self.k11 + self.k13 * u), self.k20 + self.k22 * u, v * self.k31,
+                self.k40 + 0 * v)
 
     def speed_derivatives(self, v):
         """d(a0, ..., a4)/dv at speed v."""
@@ -48,12 +53,17 @@ class SpeedPolynomials(NamedTuple):
                           0 * v])
 
     def discriminant(self):
-        """The quartic's discriminant as ascending coefficients of a polynomial in u = v^2 (degree 6)."""
+        """27 times the quartic's discriminant as ascending coefficients of a
+        polynomial in u = v^2 (degree 6), stacked."""
+        return jnp.stack(self.discriminant_coefficients())
+
+    def discriminant_coefficients(self):
+        """The same as a tuple of seven scalars."""
         a = (_U((self.k00, self.k02)), _U((self.k11, self.k13), odd=True), _U((self.k20, self.k22)),
              _U((self.k31,), odd=True), _U((self.k40,)))
         value = discriminant(a)
         assert not value.odd  # the quartic's symmetry (v, s) -> (-v, -s): even in v
-        return jnp.stack(value.dense(7))
+        return materialise(value.dense(7))
 
     def hurwitz(self):
         """(A, B, C): the Routh-Hurwitz determinant a3 a2 a1 - a3^2 a0 - a4 a1^2 is
@@ -67,13 +77,13 @@ class SpeedPolynomials(NamedTuple):
 
 def speed_polynomials(matrices, g):
     M, C1, K0, K2 = matrices
-    gK0 = g * K0
-    return SpeedPolynomials(
-        k00=_det(gK0), k02=_cross(gK0, K2),
-        k11=_cross(gK0, C1), k13=_cross(K2, C1),
-        k20=_cross(gK0, M), k22=_cross(K2, M) + _det(C1),
-        k31=_cross(C1, M), k40=_det(M),
-    )
+    gK0 = tuple(tuple(g * x for x in row) for row in K0)  # stacked matrices or nested tuples of entries
+    return SpeedPolynomials(*materialise((
+        _det(gK0), _cross(gK0, K2),  # k00, k02
+        _cross(gK0, C1), _cross(K2, C1),  # k11, k13
+        _cross(gK0, M), _cross(K2, M) + _det(C1),  # k20, k22
+        _cross(C1, M), _det(M),  # k31, k40
+    )))
 
 
 def polyval(coeffs, x):

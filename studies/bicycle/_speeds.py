@@ -17,7 +17,7 @@ NaN where there is no such speed in (0, max_speed].
 import jax.numpy as jnp
 
 from ._polynomials import polyval, speed_polynomials
-from ._quartic import closed_form_roots, closest_pair, horner
+from ._quartic import closest_pair, ferrari, horner
 
 GRID = 128  # bracketing resolution of the discriminant's first sign change over (0, max_speed]
 BISECTIONS = 20  # a bracket of max_speed/128 down to ~4e-9 of max_speed: Newton's start
@@ -80,9 +80,9 @@ def double_root_speed(matrices, g, max_speed):
     disc = poly.discriminant()
     v0 = _first_downward_crossing(lambda v: polyval(disc, v * v), max_speed)
     safe_v0 = jnp.where(jnp.isfinite(v0), v0, 0.0)
-    roots, _ = closed_form_roots(poly.coefficients(safe_v0))
+    roots, _ = ferrari(poly.coefficients_at(safe_v0))
     # Start from the midpoint of the two closest roots: they are about to merge.
-    _, s0 = closest_pair(roots)
+    s0, _, _ = closest_pair(roots)
 
     v, s = safe_v0, s0
     for _ in range(NEWTON):  # on p(s) = p'(s) = 0 in (v, s); derivatives written out, 2x2 by Cramer's rule

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from engine import Output, PointResult, Status, Study, demo_configs
 
-from ._canonical import canonical_matrices, state_matrix
+from ._canonical import canonical_entries, state_matrix
 from ._figures import figures
 from ._parameters import CONSTRAINTS, DESIGN_NAMES, PARAMETERS, load_design
 from ._roots import MODES, tracked_eigenvalues
@@ -28,7 +28,7 @@ OUTPUTS = (
 
 
 def solve_point(p, settings):
-    matrices = canonical_matrices({k: p[k] for k in DESIGN_NAMES})
+    matrices = canonical_entries({k: p[k] for k in DESIGN_NAMES})
     g, max_speed = p["g"], p["max_speed"]
     eigenvalues = tracked_eigenvalues(matrices, g, p["v"])
     vw, _ = weave_speed(matrices, g, max_speed)
@@ -63,5 +63,8 @@ STUDY = Study(
     demo_configs=demo_configs(__package__),
     constraints=CONSTRAINTS,
     read_parameter_file=load_design,
-    batch_size=1024,  # compiled calls of 100k speeds: 1,024 and 4,096 alike, 256 and 16,384 ~3x slower
+    # Points per compiled call on CPU. CPU time a point, eigenvalues of a (trail, speed) grid: 1,024: 0.67-0.75 us,
+    # 2,048: 0.54-0.59, 4,096: 0.50-0.59, 16,384: 0.50-0.53 (each call's ~120 kernels cost their start-up); past
+    # 2,048 little is gained, and the engine plans 16 KiB of memory a point for each call in flight.
+    batch_size=2048,
 )
