@@ -9,9 +9,10 @@ returns the interpolated state there. For high-order solvers taking long steps
 that state is off by ~1e-8, far above the solver tolerance. So we let diffrax
 only *detect* the event (an `Event` without root finder stops at the end of the
 step in which the sign changed and returns that step's exact end state), then
-find the event time by Newton iteration on a single re-step of the same solver
-from that exact state. The re-step is no longer than the accepted step, so the
-event state is exact to solver tolerance.
+find the event time by Newton iteration on re-steps of the same solver's
+tableau from that exact state (engine.solve.locate's rules, as every solver).
+A re-step is no longer than the accepted step, so the event state is exact to
+solver tolerance.
 """
 
 import dataclasses
@@ -24,14 +25,15 @@ import jax
 import jax.numpy as jnp
 
 from .._status import Status
-from .locate import crossed, start_value, time_tolerance
+from .locate import crossed, newton_update, start_value, time_tolerance
 from .settings import SolverSettings
+from .tableau import explicit_step
 
 # Inactive event functions return this constant: it never changes sign.
 _INACTIVE = 1.0
-# Newton iterations allowed to locate an event inside its step (2-4 are
-# typical; far more from the end of a step much longer than the flight before
-# the crossing, as an exactly integrated parabola grows its steps tenfold).
+# Re-steps allowed to locate an event inside its step (3 are typical on the
+# rolling ball; far more from the end of a step much longer than the flight
+# before the crossing, as an exactly integrated parabola grows its steps tenfold).
 _NEWTON_ITERATIONS = 64
 
 
@@ -170,82 +172,79 @@ class HybridSystem:
             values.append(jnp.where(mode == source, value, jnp.asarray(_INACTIVE, value.dtype)))
         return jnp.stack(values) if values else jnp.zeros((0,), y.dtype)
 
-    def _restep(self, t_end, y_end, dt, mode, params, settings):
-        """One step of the solver from the exact step end (t_end, y_end) to t_end + dt."""
-        solver = settings.make_solver()
-        term = diffrax.ODETerm(self._vector_field)
-        args = (mode, params)
-        state = solver.init(term, t_end, t_end + dt, y_end, args)
-        y, *_ = solver.step(term, t_end, t_end + dt, y_end, args, state, made_jump=False)
-        return y
-
-    def _locate(self, condition, t_seg, t_end, y_end, at_end, mode, params, settings, wanted):
-        """The event time's offset dt <= 0 from the exact step end, and whether it
-        converged; 0 where not `wanted` (a lane whose condition did not
-        cross: its loops take no iteration, so under vmap a batch pays the
-        locating of the transitions some lane crossed, and no other).
+    def _locate(self, j, start, t_seg, t_end, y_end, f_end, mode, params, settings, wanted):
+        """Transition j's crossing inside the step that ended at (t_end, y_end) (f_end:
+        the vector field there), where `wanted`: its time's offset dt <= 0 from the
+        step end, whether it was located, and the state there. A lane not `wanted`
+        takes no iteration, so under vmap a batch pays the locating of the
+        transitions some lane crossed, and no other.
 
         Newton on dt -> condition(t_end + dt, restep(dt)), where restep is one step
-        of the solver from (t_end, y_end). Always re-stepping from the same exact
-        point means no error accumulates between iterates. A plain loop rather than
-        optimistix: its Newton terminates on an f-space tolerance that depends on the
-        condition's units; here we stop when the time update reaches rounding level.
-        `at_end` is the condition's value at the step end. The state at the event
-        is the re-step to the time found (`_restep`), made once the earliest
-        transition is known.
+        of the solver (explicit_step: unrolled, no stage loop) from the exact step
+        end back to t_end + dt: always from the same exact point, so no error
+        accumulates between iterates, and the state at the located time is that
+        re-step's, exact to solver tolerance like any step's end. The first
+        iterate comes from the condition's value and slope at the step end (no
+        re-step); each re-step's slope along the flow comes from the last stage
+        (the vector field at the iterate), so no differentiation through the step.
+        The updates are engine.solve.locate.newton_update's (bracketed, aimed a
+        rounding tolerance past the crossing); the search ends at a re-step past
+        the crossing within rounding of it, whose state is the event state (no
+        final re-step). The segment's start bounds the bracket: the step's own
+        start is not known here.
         """
+        condition, direction = self.transitions[j][1].condition, self.transitions[j][1].direction
+        tableau = settings.make_solver().tableau
         args = (mode, params)
 
-        def restep(dt):
-            return self._restep(t_end, y_end, dt, mode, params, settings)
+        def field(t, y):
+            return self._vector_field(t, y, args)
 
-        def g(t, y):
-            return condition(t, y, params)
-
-        def residual(dt):
-            return g(t_end + dt, restep(dt))
-
-        def residual_and_slope(dt):
-            # The slope along the flow, dg/dt = dg/dt|_y + grad_y g . f, costs one
-            # vector-field call and no differentiation through the solver step.
-            t, y = t_end + dt, restep(dt)
-            return jax.jvp(g, (t, y), (jnp.ones_like(t), self._vector_field(t, y, args)))
+        def value_and_slope(t, y, f):
+            return jax.jvp(lambda t, y: condition(t, y, params), (t, y), (jnp.ones_like(t), f))
 
         lower = t_seg - t_end
-        tol = time_tolerance(t_end, lower)
-
-        def newton(carry):
-            dt, _, k = carry
-            value, slope = residual_and_slope(dt)
-            new = jnp.clip(dt - value / slope, lower, 0.0)
-            return new, jnp.abs(new - dt), k + 1
-
-        def unconverged(carry):
-            _, change, k = carry
-            return (change > tol) & (k < _NEWTON_ITERATIONS)
-
+        tol = time_tolerance(t_seg, t_end)
         zero = jnp.zeros_like(t_end)
-        first_change = jnp.where(wanted, jnp.inf, 0.0).astype(zero.dtype)
-        dt, change, _ = jax.lax.while_loop(unconverged, newton, (zero, first_change, 0))
+        # The step end is past the crossing: the first update needs no re-step.
+        at_end, slope_end = value_and_slope(t_end, y_end, f_end)
+        lo, hi, at_root, first = newton_update(zero, at_end, slope_end, True, lower, zero, tol, True)
+        # Within rounding of the end: the end is the event.
+        searching = wanted & ~at_root
 
-        # Land strictly past the crossing (the sign at the step end, dt = 0): a
-        # state left at rounding-level zero on the near side would make the next
-        # segment "cross" again at once and fire the event twice.
-        # The sign is tested in the loop's body, not its condition: a condition is
-        # computed for every lane, and a re-step there cost each transition one
-        # re-step per segment whether any lane located it or not.
-        after = jnp.sign(at_end)
+        def restep(carry):
+            dt, lo, hi, nudge, creeping, tries, searching, located, y_at = carry
+            t1 = t_end + dt
+            y1, _, f1 = explicit_step(tableau, field, t_end, t1, y_end, f_end)
+            value, slope = value_and_slope(t1, y1, f1)
+            finite = jnp.all(jnp.isfinite(y1))
+            # The segment's start (dt = lower) is not past: a root there does not count.
+            past = crossed(start, value, direction) & (dt > lower)
+            lo_, hi_, converged, newton = newton_update(dt, value, slope, past, lo, hi, tol, finite)
+            settled = converged | creeping
+            found = searching & settled & past
+            # Converged but still on the near side (rounding): step toward the end,
+            # by growing nudges and no more Newton updates, until past.
+            creep = searching & settled & ~past
+            tries = tries + searching
+            lost = searching & ~found & (tries >= _NEWTON_ITERATIONS)
+            step_on = searching & ~found
+            return (
+                jnp.where(step_on, jnp.where(creep, jnp.minimum(dt + nudge, hi_), newton), dt),
+                jnp.where(searching, lo_, lo),
+                jnp.where(searching, hi_, hi),
+                jnp.where(creep, 4 * nudge, nudge),
+                jnp.where(searching, creep, creeping),
+                tries,
+                searching & ~found & ~lost,
+                located | found,
+                jnp.where(found, y1, y_at),
+            )
 
-        def advance(carry):
-            dt, step, _ = carry
-            past = jnp.sign(residual(dt)) == after
-            new = jnp.where(past, dt, jnp.minimum(dt + step, 0.0))
-            return new, jnp.where(past, step, 4 * step), ~past & (new < 0)
-
-        dt, *_ = jax.lax.while_loop(lambda c: c[2], advance, (dt, jnp.maximum(tol, 1e-300), wanted & (dt < 0)))
-        # Rounding noise in the residual can keep the last update a few ulps above
-        # `tol`; an update 1e3 times that is still ~1e-13 relative: located.
-        return dt, change <= 1e3 * tol
+        init = (first, lo, hi, jnp.maximum(tol, 1e-300), jnp.asarray(False), jnp.asarray(0, jnp.int32), searching,
+                wanted & at_root, y_end)
+        dt, *_, located, y_at = jax.lax.while_loop(lambda c: c[6], restep, init)
+        return jnp.where(located, dt, zero), located, y_at
 
     def _earliest(self, c: "HybridSolution", starts, t_end, y_end, event_mask, params, settings, running):
         """The transition that fired first inside the segment's last step.
@@ -255,23 +254,24 @@ class HybridSystem:
         parabola is integrated exactly: one step may span a whole flight, net and
         table both). A condition crossed in that step exactly when its signs at
         the segment's start and end differ in its direction (no earlier step
-        fired), so each such one is located and the earliest wins; its state is
-        the re-step to its time.
+        fired), so each such one is located and the earliest wins, with the state
+        its search ended at.
         """
         reported = jax.tree_util.tree_leaves(event_mask)
-        times, steps, oks = [], [], []
+        f_end = self._vector_field(t_end, y_end, (c.mode, params))
+        times, states, oks = [], [], []
         for j, (source, tr) in enumerate(self.transitions):
             after = tr.condition(t_end, y_end, params)
             crossed_j = crossed(starts[j], after, tr.direction) & (c.mode == source)
             candidate = (crossed_j | reported[j]) & running
-            dt_j, ok_j = self._locate(tr.condition, c.t, t_end, y_end, after, c.mode, params, settings, candidate)
+            dt_j, ok_j, y_j = self._locate(j, starts[j], c.t, t_end, y_end, f_end, c.mode, params, settings, candidate)
             candidate = candidate & ok_j
             times.append(jnp.where(candidate, t_end + dt_j, jnp.inf))
-            steps.append(dt_j)
+            states.append(y_j)
             oks.append(candidate)
         code = jnp.argmin(jnp.stack(times))
         found = jnp.stack(oks)[code]
-        y_ev = self._restep(t_end, y_end, jnp.where(found, jnp.stack(steps)[code], 0.0), c.mode, params, settings)
+        y_ev = jnp.where(found, jnp.stack(states)[code], y_end)
         return code, jnp.stack(times)[code], y_ev, found & jnp.all(jnp.isfinite(y_ev))
 
     def solve(self, y0, mode0, params, settings: SolverSettings, t_end=None) -> HybridSolution:
