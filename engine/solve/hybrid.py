@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from .._status import Status
 from .locate import crossed, newton_update, start_value, time_tolerance
 from .settings import SolverSettings
-from .tableau import explicit_step
+from .tableau import Unrolled, explicit_step
 
 # Inactive event functions return this constant: it never changes sign.
 _INACTIVE = 1.0
@@ -215,7 +215,7 @@ class HybridSystem:
         def restep(carry):
             dt, lo, hi, nudge, creeping, tries, searching, located, y_at = carry
             t1 = t_end + dt
-            y1, _, f1 = explicit_step(tableau, field, t_end, t1, y_end, f_end)
+            y1, _, f1, _ = explicit_step(tableau, field, t_end, t1, y_end, f_end)
             value, slope = value_and_slope(t1, y1, f1)
             finite = jnp.all(jnp.isfinite(y1))
             # The segment's start (dt = lower) is not past: a root there does not count.
@@ -287,7 +287,7 @@ class HybridSystem:
         term = diffrax.ODETerm(self._vector_field)
         horizon = jnp.asarray(settings.t_max if t_end is None else t_end, dtype)
         event = self._event() if transitions else None
-        solver = settings.make_solver()
+        solver = Unrolled(settings.make_solver())
         controller = settings.make_controller()
 
         def body(carry):
