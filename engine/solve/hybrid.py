@@ -4,15 +4,19 @@ A study declares modes (vector fields) and transitions (event functions, state
 maps, next mode); the engine integrates segment after segment inside a bounded
 `lax.while_loop`, so the whole solve stays vmappable.
 
+Steps. Each segment is a `diffeqsolve` with the settings' solver, its stages
+unrolled (engine.solve.tableau.Unrolled): under vmap a loop iteration costs the
+whole batch, and diffrax's own explicit solvers take one per stage.
+
 Event location. diffrax locates an event's time on the step interpolant, and
 returns the interpolated state there. For high-order solvers taking long steps
 that state is off by ~1e-8, far above the solver tolerance. So we let diffrax
 only *detect* the event (an `Event` without root finder stops at the end of the
-step in which the sign changed and returns that step's exact end state), then
-find the event time by Newton iteration on re-steps of the same solver's
-tableau from that exact state (engine.solve.locate's rules, as every solver).
-A re-step is no longer than the accepted step, so the event state is exact to
-solver tolerance.
+step in which the sign changed), then find the event time by Newton iteration
+on re-steps of the same tableau from that step's exact start, which the
+solver's state keeps (engine.solve.locate's rules, as every solver). A re-step
+is no longer than the accepted step, so the event state is exact to solver
+tolerance.
 """
 
 import dataclasses
@@ -25,15 +29,14 @@ import jax
 import jax.numpy as jnp
 
 from .._status import Status
-from .locate import crossed, newton_update, start_value, time_tolerance
+from .locate import crossed, hermite_root, newton_update, start_value, time_tolerance
 from .settings import SolverSettings
-from .tableau import Unrolled, explicit_step
+from .tableau import LastStep, Unrolled, explicit_step
 
 # Inactive event functions return this constant: it never changes sign.
 _INACTIVE = 1.0
-# Re-steps allowed to locate an event inside its step (3 are typical on the
-# rolling ball; far more from the end of a step much longer than the flight
-# before the crossing, as an exactly integrated parabola grows its steps tenfold).
+# Re-steps allowed to locate an event inside its step (2-3 are typical: every
+# crossing of the rolling-ball sweep took 2, a bouncing ball's impacts 3).
 _NEWTON_ITERATIONS = 64
 
 
@@ -172,59 +175,51 @@ class HybridSystem:
             values.append(jnp.where(mode == source, value, jnp.asarray(_INACTIVE, value.dtype)))
         return jnp.stack(values) if values else jnp.zeros((0,), y.dtype)
 
-    def _locate(self, j, start, t_seg, t_end, y_end, f_end, mode, params, settings, wanted):
-        """Transition j's crossing inside the step that ended at (t_end, y_end) (f_end:
-        the vector field there), where `wanted`: its time's offset dt <= 0 from the
-        step end, whether it was located, and the state there. A lane not `wanted`
-        takes no iteration, so under vmap a batch pays the locating of the
-        transitions some lane crossed, and no other.
+    def _locate(self, j, step: LastStep, g0, t1, y1, g1, mode, params, settings, wanted):
+        """Transition j's crossing inside the step that started at `step` (its
+        time, state and vector field: a LastStep) and ended at (t1, y1), where
+        `wanted`: its offset dt from the step's start, whether it was located, and
+        the state there. g0, g1: the condition at the step's ends as the crossing test saw
+        them. A lane not `wanted` takes no iteration, so under vmap a batch pays
+        the locating of the transitions some lane crossed, and no other.
 
-        Newton on dt -> condition(t_end + dt, restep(dt)), where restep is one step
-        of the solver (explicit_step: unrolled, no stage loop) from the exact step
-        end back to t_end + dt: always from the same exact point, so no error
-        accumulates between iterates, and the state at the located time is that
-        re-step's, exact to solver tolerance like any step's end. The first
-        iterate comes from the condition's value and slope at the step end (no
-        re-step); each re-step's slope along the flow comes from the last stage
-        (the vector field at the iterate), so no differentiation through the step.
-        The updates are engine.solve.locate.newton_update's (bracketed, aimed a
-        rounding tolerance past the crossing); the search ends at a re-step past
-        the crossing within rounding of it, whose state is the event state (no
-        final re-step). The segment's start bounds the bracket: the step's own
-        start is not known here.
+        engine.solve.locate's rules, driven as the lanes drive them: the first
+        iterate is the root of the cubic through the condition's values and slopes
+        at the step's ends (hermite_root), then Newton updates (newton_update) on
+        dt -> condition(restep(dt)), where restep is one step of the solver's
+        tableau (explicit_step) from the step's exact start: always from the same
+        exact point, so no error accumulates between iterates, and the state at
+        the located time is that re-step's, exact to solver tolerance like any
+        step's end (no final re-step). The slope along the flow at an iterate
+        comes from the re-step's last stage (no differentiation through the step).
         """
         condition, direction = self.transitions[j][1].condition, self.transitions[j][1].direction
         tableau = settings.make_solver().tableau
         args = (mode, params)
+        t0, y0, f0 = step.t_start, step.y_start, step.f_start
 
         def field(t, y):
             return self._vector_field(t, y, args)
 
-        def value_and_slope(t, y, f):
-            return jax.jvp(lambda t, y: condition(t, y, params), (t, y), (jnp.ones_like(t), f))
+        def slope(t, y, f):
+            return jax.jvp(lambda t, y: condition(t, y, params), (t, y), (jnp.ones_like(t), f))[1]
 
-        lower = t_seg - t_end
-        tol = time_tolerance(t_seg, t_end)
-        zero = jnp.zeros_like(t_end)
-        # The step end is past the crossing: the first update needs no re-step.
-        at_end, slope_end = value_and_slope(t_end, y_end, f_end)
-        lo, hi, at_root, first = newton_update(zero, at_end, slope_end, True, lower, zero, tol, True)
-        # Within rounding of the end: the end is the event.
-        searching = wanted & ~at_root
+        span = t1 - t0
+        tol = time_tolerance(t0, t1)
+        first = hermite_root(g0, slope(t0, y0, f0), g1, slope(t1, y1, step.f), span, direction)
 
         def restep(carry):
             dt, lo, hi, nudge, creeping, tries, searching, located, y_at = carry
-            t1 = t_end + dt
-            y1, _, f1, _ = explicit_step(tableau, field, t_end, t1, y_end, f_end)
-            value, slope = value_and_slope(t1, y1, f1)
-            finite = jnp.all(jnp.isfinite(y1))
-            # The segment's start (dt = lower) is not past: a root there does not count.
-            past = crossed(start, value, direction) & (dt > lower)
-            lo_, hi_, converged, newton = newton_update(dt, value, slope, past, lo, hi, tol, finite)
+            y, _, f, _ = explicit_step(tableau, field, t0, t0 + dt, y0, f0)
+            value, dg = jax.jvp(lambda t, y: condition(t, y, params), (t0 + dt, y), (jnp.ones_like(t0), f))
+            finite = jnp.all(jnp.isfinite(y))
+            # A re-step of length zero is the step's start, where a root does not count.
+            past = crossed(g0, value, direction) & (dt > 0)
+            lo_, hi_, converged, newton = newton_update(dt, value, dg, past, lo, hi, tol, finite)
             settled = converged | creeping
             found = searching & settled & past
-            # Converged but still on the near side (rounding): step toward the end,
-            # by growing nudges and no more Newton updates, until past.
+            # Converged but still on the near side (rounding): step forward, by
+            # growing nudges and no more Newton updates, until past.
             creep = searching & settled & ~past
             tries = tries + searching
             lost = searching & ~found & (tries >= _NEWTON_ITERATIONS)
@@ -238,35 +233,37 @@ class HybridSystem:
                 tries,
                 searching & ~found & ~lost,
                 located | found,
-                jnp.where(found, y1, y_at),
+                jnp.where(found, y, y_at),
             )
 
-        init = (first, lo, hi, jnp.maximum(tol, 1e-300), jnp.asarray(False), jnp.asarray(0, jnp.int32), searching,
-                wanted & at_root, y_end)
+        zero = jnp.zeros_like(t0)
+        init = (first, zero, span, jnp.maximum(tol, 1e-300), jnp.asarray(False), jnp.asarray(0, jnp.int32), wanted,
+                jnp.asarray(False), y0)
         dt, *_, located, y_at = jax.lax.while_loop(lambda c: c[6], restep, init)
-        return jnp.where(located, dt, zero), located, y_at
+        return dt, located, y_at
 
-    def _earliest(self, c: "HybridSolution", starts, t_end, y_end, event_mask, params, settings, running):
-        """The transition that fired first inside the segment's last step.
+    def _earliest(self, c: "HybridSolution", starts, t_end, y_end, step, event_mask, params, settings, running):
+        """The transition that fired first inside the segment's last step (which
+        started at `step`, a LastStep, and ended at (t_end, y_end)).
 
         diffrax stops at the step where some condition changed sign, but reports
         only the first *declared* one. Several can cross within one long step (a
         parabola is integrated exactly: one step may span a whole flight, net and
-        table both). A condition crossed in that step exactly when its signs at
-        the segment's start and end differ in its direction (no earlier step
-        fired), so each such one is located and the earliest wins, with the state
-        its search ended at.
+        table both). Each condition that crossed in that step (diffrax's test on
+        its values at the step's ends; at the segment's start, the value the test
+        saw there) is located, and the earliest wins, with the state its search
+        ended at.
         """
         reported = jax.tree_util.tree_leaves(event_mask)
-        f_end = self._vector_field(t_end, y_end, (c.mode, params))
         times, states, oks = [], [], []
         for j, (source, tr) in enumerate(self.transitions):
+            before = jnp.where(step.t_start == c.t, starts[j], tr.condition(step.t_start, step.y_start, params))
             after = tr.condition(t_end, y_end, params)
-            crossed_j = crossed(starts[j], after, tr.direction) & (c.mode == source)
+            crossed_j = crossed(before, after, tr.direction) & (c.mode == source)
             candidate = (crossed_j | reported[j]) & running
-            dt_j, ok_j, y_j = self._locate(j, starts[j], c.t, t_end, y_end, f_end, c.mode, params, settings, candidate)
+            dt_j, ok_j, y_j = self._locate(j, step, before, t_end, y_end, after, c.mode, params, settings, candidate)
             candidate = candidate & ok_j
-            times.append(jnp.where(candidate, t_end + dt_j, jnp.inf))
+            times.append(jnp.where(candidate, step.t_start + dt_j, jnp.inf))
             states.append(y_j)
             oks.append(candidate)
         code = jnp.argmin(jnp.stack(times))
@@ -306,7 +303,7 @@ class HybridSystem:
                 dt0=None,
                 y0=c.y,
                 args=(c.mode, params, starts),
-                saveat=diffrax.SaveAt(t1=True),
+                saveat=diffrax.SaveAt(t1=True, solver_state=True),
                 stepsize_controller=controller,
                 event=event,
                 max_steps=settings.max_steps,
@@ -317,7 +314,7 @@ class HybridSystem:
             fired = sol.result == diffrax.RESULTS.event_occurred
             if event is not None:
                 code, t_ev, y_ev, located = self._earliest(
-                    c, starts, t_end, y_end, sol.event_mask, params, settings, running
+                    c, starts, t_end, y_end, sol.solver_state, sol.event_mask, params, settings, running
                 )
             else:  # no transitions anywhere: nothing can fire
                 code, t_ev, y_ev, located = jnp.asarray(0), t_end, y_end, jnp.asarray(False)

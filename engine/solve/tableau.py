@@ -33,7 +33,15 @@ def explicit_step(tableau, field, t0, t1, y0, f0) -> Step:
     h = t1 - t0
 
     def combine(weights, ks):
-        return sum(float(w) * k for w, k in zip(weights, ks, strict=True) if w != 0)
+        # A dot product over the stages with non-zero weights, as diffrax's step
+        # combines them: XLA:CPU rounds it alike whatever the vmap width, where a
+        # chain of multiply-adds rounded differently at some widths (measured on a
+        # Tsit5 step: width 3 against 1, 2, 4-7, 16, 17), and it ran ~1.6x faster.
+        terms = [(float(w), k) for w, k in zip(weights, ks, strict=True) if w != 0]
+        if not terms:
+            return jnp.zeros_like(ks[0])
+        weights = jnp.asarray([w for w, _ in terms], ks[0].dtype)
+        return jnp.tensordot(weights, jnp.stack([k for _, k in terms]), axes=1)
 
     ks = [f0]
     for c, a in zip(tableau.c, tableau.a_lower, strict=True):
@@ -44,13 +52,25 @@ def explicit_step(tableau, field, t0, t1, y0, f0) -> Step:
     return Step(y1, error, f1, ks)
 
 
+class LastStep(NamedTuple):
+    """`Unrolled`'s solver state: the vector field at the current time (the next
+    step's first stage), and where the last accepted step started."""
+
+    f: object
+    t_start: object
+    y_start: object
+    f_start: object
+
+
 class Unrolled(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
     """A diffrax explicit Runge-Kutta solver whose steps are `explicit_step`s:
     diffeqsolve's own step loop, step-size control and event detection, with one
     loop iteration a step instead of one a stage. For ODE terms (the vector field
-    times the step); the solver state is the vector field at the step's start,
-    so no stage is recomputed after an accepted step, first-same-as-last or not.
-    The dense output is the wrapped solver's interpolation of the same stages.
+    times the step). The solver state (`LastStep`) keeps the vector field at the
+    step's start, so no stage is recomputed after an accepted step, and the last
+    accepted step's start: a solve that stops at an event returns it (SaveAt
+    solver_state), and the event is located by re-steps from there. The dense
+    output is the wrapped solver's interpolation of the same stages.
     """
 
     solver: diffrax.AbstractERK
@@ -77,13 +97,15 @@ class Unrolled(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
         return terms.vf(t0, y0, args)
 
     def init(self, terms, t0, t1, y0, args):
-        return terms.vf(t0, y0, args)
+        f0 = terms.vf(t0, y0, args)
+        return LastStep(f0, t0, y0, f0)
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        f0 = solver_state
+        f0 = solver_state.f
         if made_jump is not False:  # a discontinuity at t0: the stored field is stale
             f0 = jnp.where(made_jump, terms.vf(t0, y0, args), f0)
         step = explicit_step(self.solver.tableau, lambda t, y: terms.vf(t, y, args), t0, t1, y0, f0)
         h = t1 - t0
         dense_info = dict(y0=y0, y1=step.y1, k=jnp.stack([h * k for k in step.stages]))
-        return step.y1, step.error, dense_info, step.f1, diffrax.RESULTS.successful
+        # (diffeqsolve keeps the old state when it rejects the step.)
+        return step.y1, step.error, dense_info, LastStep(step.f1, t0, y0, f0), diffrax.RESULTS.successful
