@@ -1,11 +1,20 @@
 """The hybrid segment loop on systems with closed-form solutions."""
 
+import collections
+import pathlib
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
-from lockstep_count import lockstep_iterations
+from lockstep_count import counting_loops, lockstep_iterations, lockstep_iterations_by_loop
 
 from engine import HybridSystem, Mode, SolverSettings, Status, Transition
+
+from conftest import PINGPONG_DEFAULTS
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "benchmarks"))
+import lockstep as lockstep_benchmark  # noqa: E402
 
 G, H, E = 9.81, 1.0, 0.8  # gravity, drop height, coefficient of restitution
 
@@ -41,6 +50,20 @@ def test_bouncing_ball_event_times_and_segment_bound():
     speeds = np.sqrt(2 * G * H) * E ** np.arange(6)
     np.testing.assert_allclose(np.asarray(sol.event_y)[:, 1], -speeds, rtol=0, atol=1e-11)
     np.testing.assert_allclose(np.asarray(sol.event_y)[:, 0], 0.0, atol=1e-13)
+
+
+def test_each_impact_is_located_in_at_most_two_re_steps():
+    """Balls dropped from 16 heights, under vmap: each impact is located in at
+    most two re-steps of the step that crossed, though a step may span a whole
+    flight and more (a parabola is integrated exactly): the first iterate, the
+    root of the cubic through the step's ends (here the parabola itself), is
+    within one Newton update of the crossing."""
+    for solver in ("Tsit5", "Dopri5"):
+        settings = SolverSettings(solver=solver, rtol=1e-10, atol=1e-12, max_segments=6)
+        loops = lockstep_iterations_by_loop(jax.vmap(lambda h, s=settings: BALL.solve(jnp.stack([h, 0.0]), 0, {}, s).t),
+                                            jnp.linspace(0.1, 4.0, 16))
+        assert loops["solve/hybrid.py:solve"] == 6
+        assert loops["solve/hybrid.py:_locate"] <= 2 * 6, solver
 
 
 def test_mode_without_transitions_ends_at_horizon():
@@ -80,8 +103,9 @@ def test_vmapped_lanes_that_finished_or_did_not_cross_cost_the_batch_nothing():
     """Under vmap every loop runs until its slowest lane is done. A ball that
     stops after 2 bounces, solved beside one that goes on for 6 along the same
     path, adds no lockstep iteration: a finished lane neither steps nor locates,
-    and a transition no lane crossed (the second one, never active here) is not
-    searched for."""
+    and a transition no lane crossed is not searched for (the second one,
+    which a step reaching 1 m below ground would cross too, and which is then
+    located as well, for both lanes alike)."""
     ends = Transition("never", lambda t, y, p: y[0] + 1.0, target=None, direction=False)
 
     def after(t, y, p):  # the state before the reset: ends after `p` impacts
@@ -100,12 +124,66 @@ def test_vmapped_lanes_that_finished_or_did_not_cross_cost_the_batch_nothing():
     def solve(bounces):
         return jax.vmap(lambda b: counted.solve(jnp.array([H, 0.0, 0.0]), 0, b, settings).t)(bounces)
 
-    alone = lockstep_iterations(solve, jnp.array([6.0]))
+    # (The same width: a call's program differs with it.)
+    alone = lockstep_iterations(solve, jnp.array([6.0, 6.0]))
     beside = lockstep_iterations(solve, jnp.array([6.0, 2.0]))
-    # The one allowance: diffrax's stage loop takes one stage more on a solve's
-    # first step (FSAL), and a finished lane, which takes no step, stays at its
-    # first: one stage per step the other lane takes after it finished.
-    steps = jax.vmap(lambda b: counted.solve(jnp.array([H, 0.0, 0.0]), 0, b, settings).num_steps)(jnp.array([6.0, 2.0]))
-    assert alone <= beside <= alone + int(steps[0] - steps[1])
+    assert beside == alone
     times = np.asarray(jax.jit(solve)(jnp.array([6.0, 2.0])))
     np.testing.assert_allclose(times, impact_times(6)[[5, 1]], rtol=0, atol=1e-12)
+
+
+def test_a_points_solution_does_not_depend_on_the_vmap_width():
+    """Bitwise the same solution for each rolling-ball point (a state of five
+    components) in batches of 3, 16 and 48. (A batch of one compiles to
+    scalar code, which XLA:CPU rounds differently; the engine's batches are
+    whole vectors of lanes, engine.solve.base.VECTOR.)"""
+    from studies.pingpong import STUDY
+
+    settings = SolverSettings(rtol=1e-10, atol=1e-12)
+    base = {p.name: jnp.asarray(PINGPONG_DEFAULTS.get(p.name, p.default)) for p in STUDY.parameters}
+    solve = jax.jit(jax.vmap(lambda q: STUDY.solve_point({**base, "spin_ratio": q}, settings).outputs))
+    ratios = jnp.linspace(0.2, 3.0, 48)
+    reference = solve(ratios)
+    for width in (3, 16):
+        for start in range(0, 48, width):
+            part = solve(ratios[start : start + width])
+            for name, values in part.items():
+                np.testing.assert_array_equal(values, reference[name][start : start + width],
+                                              err_msg=f"{name}, width {width}")
+
+
+def test_a_condition_that_first_crosses_the_other_way_fires_where_it_crosses_its_way():
+    """A ball thrown up from 1 m below a plane, which stops it when it comes
+    down through it (a downcrossing): rising through the plane is not the
+    crossing; coming down is, at (v + sqrt(v^2 - 2 G)) / G. The crossing test
+    compares the condition at the ends of the step that crossed, not at the
+    segment's start (where it is negative: no downcrossing from there)."""
+    plane = HybridSystem((Mode("flight", _fall, (Transition("down", lambda t, y, p: y[0], target=None,
+                                                             direction=False),)),))
+    speeds = np.array([10.0, 30.0])
+    for solver in ("Tsit5", "Dopri8"):
+        sol = jax.vmap(lambda v, s=solver: plane.solve(jnp.stack([-1.0, v]), 0, {}, SolverSettings(solver=s)))(
+            jnp.asarray(speeds))
+        np.testing.assert_array_equal(sol.status, Status.SUCCESS)
+        exact = (speeds + np.sqrt(speeds**2 - 2 * G)) / G
+        # The event state is a re-step just past the crossing.
+        assert np.all(np.asarray(sol.t) >= exact - 1e-15)
+        np.testing.assert_allclose(np.asarray(sol.t), exact, rtol=0, atol=1e-13, err_msg=solver)
+
+
+def test_vmapped_rolling_ball_takes_no_more_lockstep_iterations_than_plain_diffrax():
+    """benchmarks/lockstep.py's call (256 rolling-ball points): the engine's
+    vmapped solver against plain jit(vmap(diffeqsolve)) with events. Its steps
+    are one loop iteration each (the tableau unrolled, engine.solve.tableau)
+    where diffrax's take one a stage; each crossing is located in two re-steps
+    from the step's start."""
+    calls, exact = lockstep_benchmark.rolling_ball()
+    engine, plain = calls
+    engine_loops = collections.Counter()
+    with counting_loops(engine_loops):
+        x = np.asarray(jax.jit(engine.make())(*engine.args))
+    jax.effects_barrier()
+    assert sum(engine_loops.values()) <= lockstep_iterations(plain.make(), *plain.args)
+    # Two transitions, each located in two re-steps by every point.
+    assert engine_loops["solve/hybrid.py:_locate"] == 4
+    np.testing.assert_allclose(x, exact, rtol=0, atol=1e-10)

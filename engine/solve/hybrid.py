@@ -4,14 +4,19 @@ A study declares modes (vector fields) and transitions (event functions, state
 maps, next mode); the engine integrates segment after segment inside a bounded
 `lax.while_loop`, so the whole solve stays vmappable.
 
+Steps. Each segment is a `diffeqsolve` with the settings' solver, its stages
+unrolled (engine.solve.tableau.Unrolled): under vmap a loop iteration costs the
+whole batch, and diffrax's own explicit solvers take one per stage.
+
 Event location. diffrax locates an event's time on the step interpolant, and
 returns the interpolated state there. For high-order solvers taking long steps
 that state is off by ~1e-8, far above the solver tolerance. So we let diffrax
 only *detect* the event (an `Event` without root finder stops at the end of the
-step in which the sign changed and returns that step's exact end state), then
-find the event time by Newton iteration on a single re-step of the same solver
-from that exact state. The re-step is no longer than the accepted step, so the
-event state is exact to solver tolerance.
+step in which the sign changed), then find the event time by Newton iteration
+on re-steps of the same tableau from that step's exact start, which the
+solver's state keeps (engine.solve.locate's rules, as every solver). A re-step
+is no longer than the accepted step, so the event state is exact to solver
+tolerance.
 """
 
 import dataclasses
@@ -24,15 +29,22 @@ import jax
 import jax.numpy as jnp
 
 from .._status import Status
-from .locate import crossed, start_value, time_tolerance
+from .locate import crossed, hermite_root, newton_update, start_value, time_tolerance
 from .settings import SolverSettings
+from .tableau import LastStep, Unrolled, explicit_step
 
 # Inactive event functions return this constant: it never changes sign.
 _INACTIVE = 1.0
-# Newton iterations allowed to locate an event inside its step (2-4 are
-# typical; far more from the end of a step much longer than the flight before
-# the crossing, as an exactly integrated parabola grows its steps tenfold).
+# Re-steps allowed to locate an event inside its step (2-3 are typical: every
+# crossing of the rolling-ball sweep took 2, a bouncing ball's impacts 3).
 _NEWTON_ITERATIONS = 64
+# Newton steps on the cubic for the first iterate (hermite_root's default is 3).
+# A bouncing ball's step may span many flights (the parabola is integrated
+# exactly) and the cubic is then exact, but 3 steps left the root of a flight
+# 1/100 of the step long a few % off: 3 re-steps an impact instead of 2
+# (lockstep iterations of 40 bouncing balls, 6 impacts: 46 with 3, 40 with 5,
+# 39 with 8; the rolling-ball sweep: 49 with 3 and with 5).
+_GUESS_ITERATIONS = 5
 
 
 def _identity(t, y, params):
@@ -170,108 +182,101 @@ class HybridSystem:
             values.append(jnp.where(mode == source, value, jnp.asarray(_INACTIVE, value.dtype)))
         return jnp.stack(values) if values else jnp.zeros((0,), y.dtype)
 
-    def _restep(self, t_end, y_end, dt, mode, params, settings):
-        """One step of the solver from the exact step end (t_end, y_end) to t_end + dt."""
-        solver = settings.make_solver()
-        term = diffrax.ODETerm(self._vector_field)
-        args = (mode, params)
-        state = solver.init(term, t_end, t_end + dt, y_end, args)
-        y, *_ = solver.step(term, t_end, t_end + dt, y_end, args, state, made_jump=False)
-        return y
+    def _locate(self, j, step: LastStep, g0, t1, y1, g1, mode, params, settings, wanted):
+        """Transition j's crossing inside the step that started at `step` (its
+        time, state and vector field: a LastStep) and ended at (t1, y1), where
+        `wanted`: its offset dt from the step's start, whether it was located, and
+        the state there. g0, g1: the condition at the step's ends as the crossing test saw
+        them. A lane not `wanted` takes no iteration, so under vmap a batch pays
+        the locating of the transitions some lane crossed, and no other.
 
-    def _locate(self, condition, t_seg, t_end, y_end, at_end, mode, params, settings, wanted):
-        """The event time's offset dt <= 0 from the exact step end, and whether it
-        converged; 0 where not `wanted` (a lane whose condition did not
-        cross: its loops take no iteration, so under vmap a batch pays the
-        locating of the transitions some lane crossed, and no other).
-
-        Newton on dt -> condition(t_end + dt, restep(dt)), where restep is one step
-        of the solver from (t_end, y_end). Always re-stepping from the same exact
-        point means no error accumulates between iterates. A plain loop rather than
-        optimistix: its Newton terminates on an f-space tolerance that depends on the
-        condition's units; here we stop when the time update reaches rounding level.
-        `at_end` is the condition's value at the step end. The state at the event
-        is the re-step to the time found (`_restep`), made once the earliest
-        transition is known.
+        engine.solve.locate's rules, driven as the lanes drive them: the first
+        iterate is the root of the cubic through the condition's values and slopes
+        at the step's ends (hermite_root), then Newton updates (newton_update) on
+        dt -> condition(restep(dt)), where restep is one step of the solver's
+        tableau (explicit_step) from the step's exact start: always from the same
+        exact point, so no error accumulates between iterates, and the state at
+        the located time is that re-step's, exact to solver tolerance like any
+        step's end (no final re-step). The slope along the flow at an iterate
+        comes from the re-step's last stage (no differentiation through the step).
         """
+        condition, direction = self.transitions[j][1].condition, self.transitions[j][1].direction
+        tableau = settings.make_solver().tableau
         args = (mode, params)
+        t0, y0, f0 = step.t_start, step.y_start, step.f_start
 
-        def restep(dt):
-            return self._restep(t_end, y_end, dt, mode, params, settings)
+        def field(t, y):
+            return self._vector_field(t, y, args)
 
-        def g(t, y):
-            return condition(t, y, params)
+        def slope(t, y, f):
+            return jax.jvp(lambda t, y: condition(t, y, params), (t, y), (jnp.ones_like(t), f))[1]
 
-        def residual(dt):
-            return g(t_end + dt, restep(dt))
+        span = t1 - t0
+        tol = time_tolerance(t0, t1)
+        first = hermite_root(g0, slope(t0, y0, f0), g1, slope(t1, y1, step.f), span, direction,
+                             iterations=_GUESS_ITERATIONS)
 
-        def residual_and_slope(dt):
-            # The slope along the flow, dg/dt = dg/dt|_y + grad_y g . f, costs one
-            # vector-field call and no differentiation through the solver step.
-            t, y = t_end + dt, restep(dt)
-            return jax.jvp(g, (t, y), (jnp.ones_like(t), self._vector_field(t, y, args)))
+        def restep(carry):
+            dt, lo, hi, nudge, creeping, tries, searching, located, y_at = carry
+            y, _, f, _ = explicit_step(tableau, field, t0, t0 + dt, y0, f0)
+            value, dg = jax.jvp(lambda t, y: condition(t, y, params), (t0 + dt, y), (jnp.ones_like(t0), f))
+            finite = jnp.all(jnp.isfinite(y))
+            # A re-step of length zero is the step's start, where a root does not count.
+            past = crossed(g0, value, direction) & (dt > 0)
+            lo_, hi_, converged, newton = newton_update(dt, value, dg, past, lo, hi, tol, finite)
+            settled = converged | creeping
+            found = searching & settled & past
+            # Converged but still on the near side (rounding): step forward, by
+            # growing nudges and no more Newton updates, until past.
+            creep = searching & settled & ~past
+            tries = tries + searching
+            lost = searching & ~found & (tries >= _NEWTON_ITERATIONS)
+            step_on = searching & ~found
+            return (
+                jnp.where(step_on, jnp.where(creep, jnp.minimum(dt + nudge, hi_), newton), dt),
+                jnp.where(searching, lo_, lo),
+                jnp.where(searching, hi_, hi),
+                jnp.where(creep, 4 * nudge, nudge),
+                jnp.where(searching, creep, creeping),
+                tries,
+                searching & ~found & ~lost,
+                located | found,
+                jnp.where(found, y, y_at),
+            )
 
-        lower = t_seg - t_end
-        tol = time_tolerance(t_end, lower)
+        zero = jnp.zeros_like(t0)
+        init = (first, zero, span, jnp.maximum(tol, 1e-300), jnp.asarray(False), jnp.asarray(0, jnp.int32), wanted,
+                jnp.asarray(False), y0)
+        dt, *_, located, y_at = jax.lax.while_loop(lambda c: c[6], restep, init)
+        return dt, located, y_at
 
-        def newton(carry):
-            dt, _, k = carry
-            value, slope = residual_and_slope(dt)
-            new = jnp.clip(dt - value / slope, lower, 0.0)
-            return new, jnp.abs(new - dt), k + 1
-
-        def unconverged(carry):
-            _, change, k = carry
-            return (change > tol) & (k < _NEWTON_ITERATIONS)
-
-        zero = jnp.zeros_like(t_end)
-        first_change = jnp.where(wanted, jnp.inf, 0.0).astype(zero.dtype)
-        dt, change, _ = jax.lax.while_loop(unconverged, newton, (zero, first_change, 0))
-
-        # Land strictly past the crossing (the sign at the step end, dt = 0): a
-        # state left at rounding-level zero on the near side would make the next
-        # segment "cross" again at once and fire the event twice.
-        # The sign is tested in the loop's body, not its condition: a condition is
-        # computed for every lane, and a re-step there cost each transition one
-        # re-step per segment whether any lane located it or not.
-        after = jnp.sign(at_end)
-
-        def advance(carry):
-            dt, step, _ = carry
-            past = jnp.sign(residual(dt)) == after
-            new = jnp.where(past, dt, jnp.minimum(dt + step, 0.0))
-            return new, jnp.where(past, step, 4 * step), ~past & (new < 0)
-
-        dt, *_ = jax.lax.while_loop(lambda c: c[2], advance, (dt, jnp.maximum(tol, 1e-300), wanted & (dt < 0)))
-        # Rounding noise in the residual can keep the last update a few ulps above
-        # `tol`; an update 1e3 times that is still ~1e-13 relative: located.
-        return dt, change <= 1e3 * tol
-
-    def _earliest(self, c: "HybridSolution", starts, t_end, y_end, event_mask, params, settings, running):
-        """The transition that fired first inside the segment's last step.
+    def _earliest(self, c: "HybridSolution", starts, t_end, y_end, step, event_mask, params, settings, running):
+        """The transition that fired first inside the segment's last step (which
+        started at `step`, a LastStep, and ended at (t_end, y_end)).
 
         diffrax stops at the step where some condition changed sign, but reports
         only the first *declared* one. Several can cross within one long step (a
         parabola is integrated exactly: one step may span a whole flight, net and
-        table both). A condition crossed in that step exactly when its signs at
-        the segment's start and end differ in its direction (no earlier step
-        fired), so each such one is located and the earliest wins; its state is
-        the re-step to its time.
+        table both). Each condition that crossed in that step (diffrax's test on
+        its values at the step's ends; at the segment's start, the value the test
+        saw there) is located, and the earliest wins, with the state its search
+        ended at.
         """
         reported = jax.tree_util.tree_leaves(event_mask)
-        times, steps, oks = [], [], []
+        times, states, oks = [], [], []
         for j, (source, tr) in enumerate(self.transitions):
+            before = jnp.where(step.t_start == c.t, starts[j], tr.condition(step.t_start, step.y_start, params))
             after = tr.condition(t_end, y_end, params)
-            crossed_j = crossed(starts[j], after, tr.direction) & (c.mode == source)
+            crossed_j = crossed(before, after, tr.direction) & (c.mode == source)
             candidate = (crossed_j | reported[j]) & running
-            dt_j, ok_j = self._locate(tr.condition, c.t, t_end, y_end, after, c.mode, params, settings, candidate)
+            dt_j, ok_j, y_j = self._locate(j, step, before, t_end, y_end, after, c.mode, params, settings, candidate)
             candidate = candidate & ok_j
-            times.append(jnp.where(candidate, t_end + dt_j, jnp.inf))
-            steps.append(dt_j)
+            times.append(jnp.where(candidate, step.t_start + dt_j, jnp.inf))
+            states.append(y_j)
             oks.append(candidate)
         code = jnp.argmin(jnp.stack(times))
         found = jnp.stack(oks)[code]
-        y_ev = self._restep(t_end, y_end, jnp.where(found, jnp.stack(steps)[code], 0.0), c.mode, params, settings)
+        y_ev = jnp.where(found, jnp.stack(states)[code], y_end)
         return code, jnp.stack(times)[code], y_ev, found & jnp.all(jnp.isfinite(y_ev))
 
     def solve(self, y0, mode0, params, settings: SolverSettings, t_end=None) -> HybridSolution:
@@ -287,7 +292,7 @@ class HybridSystem:
         term = diffrax.ODETerm(self._vector_field)
         horizon = jnp.asarray(settings.t_max if t_end is None else t_end, dtype)
         event = self._event() if transitions else None
-        solver = settings.make_solver()
+        solver = Unrolled(settings.make_solver())
         controller = settings.make_controller()
 
         def body(carry):
@@ -306,7 +311,7 @@ class HybridSystem:
                 dt0=None,
                 y0=c.y,
                 args=(c.mode, params, starts),
-                saveat=diffrax.SaveAt(t1=True),
+                saveat=diffrax.SaveAt(t1=True, solver_state=True),
                 stepsize_controller=controller,
                 event=event,
                 max_steps=settings.max_steps,
@@ -317,7 +322,7 @@ class HybridSystem:
             fired = sol.result == diffrax.RESULTS.event_occurred
             if event is not None:
                 code, t_ev, y_ev, located = self._earliest(
-                    c, starts, t_end, y_end, sol.event_mask, params, settings, running
+                    c, starts, t_end, y_end, sol.solver_state, sol.event_mask, params, settings, running
                 )
             else:  # no transitions anywhere: nothing can fire
                 code, t_ev, y_ev, located = jnp.asarray(0), t_end, y_end, jnp.asarray(False)
