@@ -35,7 +35,7 @@ from . import _pallas_backend as backend
 from ._lane_jaxpr import LaneFunction, from_list, lane_vector
 from .hybrid import _INACTIVE, HybridSolution, HybridSystem
 from .lanes import _LOCATE_TRIES, _NONFINITE_SHRINK
-from .locate import crossed, hermite_root, start_value, time_tolerance
+from .locate import crossed, hermite_root, newton_update, start_value, time_tolerance
 from .settings import SolverSettings
 
 
@@ -334,11 +334,7 @@ class LaneSolve:
         tol = time_tolerance(t, t + s["span"])
         value, slope = _pick(g1, code), _pick(dg1, code)
         past = _pick(crossings, code) & (dt > 0)
-        lo = jnp.where(past, lo, dt)
-        hi = jnp.where(past, dt, hi)
-        raw = dt - value / jnp.where(slope != 0, slope, 1.0)
-        converged = (finite & (jnp.abs(raw - dt) <= 2 * tol)) | (hi - lo <= tol)
-        newton = jnp.where((raw > lo) & (raw < hi) & finite, jnp.minimum(raw + tol, hi), 0.5 * (lo + hi))
+        lo, hi, converged, newton = newton_update(dt, value, slope, past, lo, hi, tol, finite)
         settled = converged | s["creeping"]
         others = [c & (code != j) for j, c in enumerate(crossings)]
         switch = locating & settled & past & _any(others)

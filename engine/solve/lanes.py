@@ -26,10 +26,9 @@ logic out of the every-step loop keeps that loop to a plain adaptive step: the
 logic costs more than the step itself.
 
 The solution of each point is the same `HybridSolution` that HybridSystem.solve
-returns, and the tests compare the two. Differences: the event time is found
-from the step's start (HybridSystem.solve searches back from its end), and a
-step whose state is not finite is rejected and shrunk (up to `max_steps`)
-rather than taken as a failed solve.
+returns, and the tests compare the two. One difference: a step whose state is
+not finite is rejected and shrunk (up to `max_steps`) rather than taken as a
+failed solve.
 
 Layout: every lane array has the lane axis last (a state vector is a
 (components, lanes) array), and the step is written on whole lanes rather than
@@ -53,7 +52,7 @@ from .._status import Status
 from .base import VECTOR, BatchSolver, Plan, masked, safe_params, whole_vectors
 from .device import Device
 from .hybrid import _INACTIVE, HybridPoint, HybridSolution, HybridSystem
-from .locate import crossed, hermite_root, start_value, time_tolerance
+from .locate import crossed, hermite_root, newton_update, start_value, time_tolerance
 from .settings import SolverSettings
 from .vmapped import memory_batch
 
@@ -474,18 +473,7 @@ class _Machine:
         value, slope = _pick(g1, n.code), _pick(dg1, n.code)
         # A re-step of length zero is the step's start, where a root does not count.
         past = _pick(crossed, n.code).astype(bool) & (n.dt > 0)
-        lo = jnp.where(past, n.lo, n.dt)
-        hi = jnp.where(past, n.dt, n.hi)
-        # Safeguarded Newton: a condition need not be monotone over the step (a ball
-        # rising then falling through a plane), so an update that leaves the
-        # bracket bisects it instead. An update aims `tol` past the crossing: an
-        # iterate that lands on the root itself is as likely short of it as past
-        # it (rounding), and one short of it needs more re-steps (measured on the
-        # rolling ball: half of all crossings took a third one). Converged: the
-        # crossing is within 2 tol of a re-step past it.
-        raw = n.dt - value / jnp.where(slope != 0, slope, 1.0)
-        converged = (finite & (jnp.abs(raw - n.dt) <= 2 * tol)) | (hi - lo <= tol)
-        newton = jnp.where((raw > lo) & (raw < hi) & finite, jnp.minimum(raw + tol, hi), 0.5 * (lo + hi))
+        lo, hi, converged, newton = newton_update(n.dt, value, slope, past, n.lo, n.hi, tol, finite)
         settled = converged | n.creeping
         others = crossed & (jnp.arange(crossed.shape[0])[:, None] != n.code)
         # Converged onto the crossing but a transition declared elsewhere crossed

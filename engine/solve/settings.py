@@ -6,8 +6,9 @@ import diffrax
 import jax.numpy as jnp
 import numpy as np
 
-# Explicit solvers only: the studies are non-stiff, and the event re-step relies on
-# `solver.step` being a single explicit Runge-Kutta step.
+# Explicit solvers only: the studies are non-stiff, and every solver takes its
+# steps and event re-steps from the tableau (engine.solve.tableau) of a single
+# explicit Runge-Kutta step.
 SOLVERS = {
     "Tsit5": diffrax.Tsit5,
     "Dopri5": diffrax.Dopri5,
