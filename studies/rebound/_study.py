@@ -155,6 +155,13 @@ SOURCE = 'Ren, Xu, Tan, "Rebound model between spinning table tennis ball and ta
 # one core (2 runs): 11.0-11.2M points/s in calls of 4,096 points, 9.5 in calls
 # of 8,192, 9.3-9.8 in calls of 16,384 (calls of 256: ~0.4M, the call overhead).
 CLOSED_FORM_BATCH = 4096
+# The regime map since (fewer libm calls, freed host memory kept between calls:
+# engine.solve._host_memory): each call costs ~30 us beyond its points, so wider
+# calls gain. 10^6 points through evaluate, one core, process CPU time (2 runs):
+# 51-53 ns a point in calls of 4,096, 43-44 in 8,192, 39-45 in 16,384, 37-38 in
+# 32,768 (numba, one thread: 42). 16,384 is one call for a shard of the
+# benchmark's 16,000 points and four for the config's 64,800.
+REGIME_BATCH = 16384
 
 REBOUND = Study(
     name="rebound",
@@ -200,7 +207,7 @@ REGIME = Study(
     solve_point=solve_regime,
     figures=regime_figures,
     demo_configs={"rebound_regime": _DEMOS["rebound_regime"]},
-    batch_size=CLOSED_FORM_BATCH,
+    batch_size=REGIME_BATCH,
 )
 
 TABLE1 = Study(
