@@ -159,8 +159,8 @@ CLOSED_FORM_BATCH = 4096
 # engine.solve._host_memory): each call costs ~30 us beyond its points, so wider
 # calls gain. 10^6 points through evaluate, one core, process CPU time (2 runs):
 # 51-53 ns a point in calls of 4,096, 43-44 in 8,192, 39-45 in 16,384, 37-38 in
-# 32,768 (numba, one thread: 42). 16,384 is one call for a shard of the
-# benchmark's 16,000 points and four for the config's 64,800.
+# 32,768 (numba, one thread: 42). The config's shards (64,800 points) take four
+# calls of 16,384, the last padded by 736 points.
 REGIME_BATCH = 16384
 
 REBOUND = Study(
