@@ -33,8 +33,8 @@ def computed_once(*values, key=None):
     kept in memory instead; this one runs once, but its trip count starts from a
     value that is zero without the compiler knowing it (optimization_barrier
     is removed by XLA:CPU before fusion). key: a value already at hand that the
-    trip count is computed from (default: the first value, which XLA computes
-    once more for it: a sine more a point for the regime map).
+    trip count is computed from (default: the first value, which XLA then
+    computes once more for the trip count).
     """
     key = values[0] if key is None else key
     start = jnp.any(jnp.asarray(key) > jnp.inf).astype(jnp.int32)  # 0 for every value, NaN included
@@ -60,9 +60,9 @@ def slides(speed, normal_speed, e, mu):
     """Whether the incidence angle arctan2(speed, normal_speed) (slip speed and
     normal speed, both >= 0) is at least the critical angle.
 
-    Compared as tangents, speed >= normal_speed * 5 (1 + e) mu / 2, with no
-    arctangent: the two the angles cost were the costliest operations of the
-    regime map (their order is the angles', tan rising on [0, pi/2]). At rest
+    Compared as tangents, speed >= normal_speed * 5 (1 + e) mu / 2 (tan rises
+    on [0, pi/2], so their order is the angles'): the arctan2 and arctan of the
+    angles themselves were the costliest operations of the regime map. At rest
     (both speeds 0) the incidence angle is arctan2(0, 0) = 0: sliding only
     without friction.
     """
