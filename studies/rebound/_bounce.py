@@ -83,8 +83,13 @@ def angle_from_normal(along, normal):
     adds at most a quarter of float resolution in radians. 0 at rest, as
     arctan2(0, 0); a velocity into the surface (normal < 0) is no bounce and
     gets no meaningful angle here.
+
+    The quotient is kept in memory: fused with the arithmetic that forms it,
+    the arctangent's loop saved its vector registers around every libm call
+    (regime map: 12.7 ns a point, 8.1 apart).
     """
-    return jnp.arctan(jnp.where(along > 0, along / normal, 0.0))
+    (tangent,) = computed_once(jnp.where(along > 0, along / normal, 0.0), key=normal)
+    return jnp.arctan(tangent)
 
 
 def incidence_angle(v, w, r):
