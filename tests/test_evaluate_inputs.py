@@ -40,3 +40,9 @@ def test_a_fixed_parameter_gives_the_results_of_its_values_point_by_point(dtype)
 def test_freed_host_memory_is_kept_on_glibc():
     assert keep_freed_memory() is True
     assert keep_freed_memory() is True  # once per process, then the cached answer
+
+
+def test_no_points_is_a_clear_error():
+    empty = {k: np.zeros(0) for k in REGIME.defaults}
+    with pytest.raises(ValueError, match="rebound_regime.*no points"):
+        evaluate(REGIME, SolverSettings(), empty, batch_size=16)
