@@ -159,8 +159,12 @@ CLOSED_FORM_BATCH = 4096
 # engine.solve._host_memory): each call costs ~30 us beyond its points, so wider
 # calls gain. 10^6 points through evaluate, one core, process CPU time (2 runs):
 # 51-53 ns a point in calls of 4,096, 43-44 in 8,192, 39-45 in 16,384, 37-38 in
-# 32,768 (numba, one thread: 42). The config's shards (64,800 points) take four
-# calls of 16,384, the last padded by 736 points.
+# 32,768 (numba, one thread: 42). On 2 idle cores, calls of 32,768 split the
+# costliest kernels over both cores (XLA:CPU splits by bytes: at 16,384 they
+# run on one), so one evaluate at a time gains (39.5-40.6M points/s against
+# 31.7-32.3), but two evaluates at once, as shard threads run, lose (44.5-45.9M
+# against 49.5-49.7). The config's shards (64,800 points) take four calls of
+# 16,384, the last padded by 736 points.
 REGIME_BATCH = 16384
 
 REBOUND = Study(
