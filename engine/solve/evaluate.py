@@ -108,16 +108,16 @@ def evaluate(
     # the end, they followed the last call: rebound regime map, 10^6 points, 2
     # idle cores, 3 alternated runs: 21-25M points/s then, 27-29M now), and a
     # batch's buffers go back once copied.
-    outputs, status, steps, events = {}, None, None, None
+    values, status, steps, events = {}, None, None, None
     for i, (start, count, (o, s, st, ev)) in enumerate(calls):
         calls[i] = None
         if status is None:
-            outputs = {k: np.empty((n, *o[k].shape[1:]), o[k].dtype) for k in selected}
+            values = {k: np.empty((n, *o[k].shape[1:]), o[k].dtype) for k in selected}
             status, steps, events = (np.empty(n, x.dtype) for x in (s, st, ev))
         stop = start + count
         for k in selected:
-            outputs[k][start:stop] = np.asarray(o[k])[:count]
+            values[k][start:stop] = np.asarray(o[k])[:count]
         status[start:stop] = np.asarray(s)[:count]
         steps[start:stop] = np.asarray(st)[:count]
         events[start:stop] = np.asarray(ev)[:count]
-    return Evaluation(outputs=outputs, status=status, num_steps=steps, num_events=events)
+    return Evaluation(outputs=values, status=status, num_steps=steps, num_events=events)
