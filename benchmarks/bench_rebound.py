@@ -27,7 +27,9 @@ Run: python benchmarks/bench_rebound.py [--spin-points N --angle-points N]
 import argparse
 import concurrent.futures
 import math
+import pathlib
 import time
+import tomllib
 
 import numpy as np
 from _common import best_of, engine_end_to_end, in_study_order, machine, numba, print_table, scaling_line, sweep_text
@@ -40,7 +42,8 @@ import jax.numpy as jnp  # noqa: E402
 
 SPEED, RESTITUTION, FRICTION, RADIUS = 3.8, 0.8788, 0.1049, 0.02  # the study's defaults
 SPIN_RANGE, ANGLE_RANGE = (-1.0, 1.0), (0.0, 89.9)  # configs/rebound_regime.toml
-SHARD_SIZE = 16384  # configs/rebound_regime.toml
+CONFIG = pathlib.Path(__file__).resolve().parent.parent / "configs" / "rebound_regime.toml"
+SHARD_SIZE = tomllib.loads(CONFIG.read_text())["run"]["shard_size"]  # the config's shards
 OUTPUTS = ("out_vx", "out_vz", "out_wy", "out_speed", "out_angle", "regime")
 
 
@@ -157,10 +160,12 @@ def main():
     parser.add_argument("--spin-points", type=int, default=1000, help="spin ratio axis length (config: 401)")
     parser.add_argument("--angle-points", type=int, default=1000, help="incidence angle axis length (config: 900)")
     parser.add_argument("--loop-points", type=int, default=100_000, help="points of the Python loop (a subsample)")
+    parser.add_argument("--rounds", type=int, default=7,
+                        help="alternated rounds of the compiled calls and numba, for median ratios (0: none)")
     parser.add_argument("--quick", action="store_true", help="a small grid, for a smoke test")
     args = parser.parse_args()
     if args.quick:
-        args.spin_points, args.angle_points, args.loop_points = 101, 200, 5_000
+        args.spin_points, args.angle_points, args.loop_points, args.rounds = 101, 200, 5_000, 2
     axes = {"spin_ratio": {"linspace": [*SPIN_RANGE, args.spin_points]},
             "incidence_angle": {"linspace": [*ANGLE_RANGE, args.angle_points]}}
     spin_axis, angle_axis = np.linspace(*SPIN_RANGE, args.spin_points), np.linspace(*ANGLE_RANGE, args.angle_points)
@@ -179,8 +184,8 @@ def main():
     from studies.rebound import REGIME
 
     # ---- the engine end to end: the config's run settings (the engine picks the
-    # batch: the study's, 4,096 points a call), then one compiled call per shard,
-    # then the default batch with one shard thread per core rather than two
+    # batch: the study's, REGIME.batch_size points a call), then one compiled call
+    # per shard, then the default batch with one shard thread per core rather than two
     cores = detect().cores
     e2e = []
     for label, run_table, workers in (
@@ -197,8 +202,11 @@ def main():
     no_result = report.failed_points
     where = np.unique(spin[bounce | regime])
 
-    # ---- the engine's compiled calls alone, over batch sizes
-    columns = {k: np.full(n, v) for k, v in REGIME.defaults.items()} | {"spin_ratio": spin, "incidence_angle": angle}
+    # ---- the engine's compiled calls alone, over batch sizes, on the points as a
+    # shard passes them: the axes as columns, every other parameter one value seen
+    # n times (a broadcast view, which evaluate puts on the device once)
+    columns = {k: np.broadcast_to(np.float64(v), (n,)) for k, v in REGIME.defaults.items()} | {
+        "spin_ratio": spin, "incidence_angle": angle}
     selected = in_study_order(REGIME, OUTPUTS)  # as the sweep file selects them
     settings = SolverSettings()
     curve = []
@@ -253,6 +261,26 @@ def main():
         out, seconds = best_of(lambda: sweep(SPEED, angle, spin, RESTITUTION, FRICTION, RADIUS))
         record(f"numba njit, parallel prange ({numba.get_num_threads()} threads)", seconds, n, out)
 
+    # ---- the compiled calls against numba in alternated rounds: on a shared
+    # machine the load changes within a run, so each round's ratio is taken
+    # between calls made moments apart, and the medians are reported
+    alternated = None
+    if sweep is not None and args.rounds > 0:
+        contenders = {
+            f"compiled calls (batch {default_batch}, one call at a time)":
+                lambda: evaluate(REGIME, settings, columns, default_batch, outputs=selected),
+            f"compiled calls (batch {default_batch}, {cores} threads)": threaded,
+            "numba": lambda: sweep(SPEED, angle, spin, RESTITUTION, FRICTION, RADIUS),
+        }
+        seconds = {name: [] for name in contenders}
+        for _ in range(args.rounds):
+            for name, fn in contenders.items():
+                start = time.perf_counter()
+                fn()
+                seconds[name].append(time.perf_counter() - start)
+        alternated = {name: (n / float(np.median(t)), [nb / own for own, nb in zip(t, seconds["numba"], strict=True)])
+                      for name, t in seconds.items()}
+
     fastest = max((r for r in rows if r[0] in e2e), key=lambda r: r[1])[0]
     print_table(
         f"rebound regime map (physical model), {args.spin_points} spin ratios x {args.angle_points} incidence angles"
@@ -269,6 +297,13 @@ def main():
           + (" (grazing: vz = 0 up to rounding, so a bounce or not, and its regime, are decided by rounding)"
              if where.size and np.all(np.abs(where) == 1) else ""))
     print(scaling_line("engine compiled calls by batch size", curve))
+    if alternated:
+        print(f"alternated, {args.rounds} rounds (median points/s; against numba: median and range of the"
+              " rounds' ratios):")
+        for name, (rate, ratios) in alternated.items():
+            against = "" if name == "numba" else \
+                f", {np.median(ratios):.2f}x numba ({min(ratios):.2f}-{max(ratios):.2f})"
+            print(f"  {name}: {rate:,.0f}{against}")
 
 
 if __name__ == "__main__":

@@ -12,10 +12,12 @@ from studies.rebound import REGIME, fit_learned, fit_physical, load_table1, mode
 from studies.rebound._bounce import (
     CLASSICAL,
     PHYSICAL,
+    angle_from_normal,
     critical_angle,
     incidence_angle,
     racket_bounce,
     rotation,
+    slides,
     slip,
     table_bounce,
 )
@@ -79,6 +81,54 @@ def test_switch_is_exactly_at_the_critical_angle():
     # Rounding can put alpha = phi itself on either side; a relative 1e-9 cannot.
     assert list(result.outputs["regime"][[0, 2, 3, 4]]) == [0, 1, 0, 1]
     np.testing.assert_allclose(result.outputs["critical_angle"], phi, rtol=1e-14)
+
+
+def test_sliding_test_compares_the_angles_by_their_tangents():
+    """slides() is incidence angle >= critical angle, without the arctangents:
+    the same answer wherever the two angles are not within rounding of each other."""
+    n = 20_000
+    speed = np.where(rng.random(n) < 0.05, 0.0, rng.uniform(0, 6, n))
+    normal = np.where(rng.random(n) < 0.05, 0.0, rng.uniform(0, 6, n))
+    e, mu = rng.uniform(0.05, 1.0, n), np.where(rng.random(n) < 0.05, 0.0, rng.uniform(0, 2, n))
+    incidence, critical = np.arctan2(speed, normal), np.arctan(2.5 * (1 + e) * mu)
+    got = np.asarray(slides(jnp.asarray(speed), jnp.asarray(normal), jnp.asarray(e), jnp.asarray(mu)))
+    clear = np.abs(incidence - critical) > 1e-12
+    assert clear.sum() > 0.99 * n
+    np.testing.assert_array_equal(got[clear], (incidence >= critical)[clear])
+    # At rest (both speeds 0) the incidence angle is arctan2(0, 0) = 0: sliding only without friction.
+    rest = np.asarray(slides(jnp.zeros(2), jnp.zeros(2), jnp.full(2, E), jnp.array([MU, 0.0])))
+    assert list(rest) == [False, True]
+
+
+def test_outgoing_angle_is_the_arctan2_of_its_components():
+    along = np.concatenate([[0.0, 0.0, 1e-300, 5.0], rng.uniform(0, 10, 10_000)])
+    normal = np.concatenate([[0.0, 2.0, 1.0, 1e-300], rng.uniform(1e-6, 10, 10_000)])
+    got = np.asarray(angle_from_normal(jnp.asarray(along), jnp.asarray(normal)))
+    np.testing.assert_allclose(got, np.arctan2(along, normal), rtol=4e-16, atol=4e-16)
+
+
+def test_regime_axes_by_tangent_match_the_sine_and_cosine_form():
+    """The regime map's incoming state from tan(alpha) against its definition
+    u = S sin(a) d, vz = -S cos(a) d, d = sqrt(1 - s^2 cos^2 a) - s sin a (float64,
+    away from the cancellation at s -> 1), spin ratios past +-1 included."""
+    from studies.rebound._study import _incoming
+
+    alpha, s = (g.ravel() for g in np.meshgrid(np.radians(np.linspace(0.0, 89.9, 120)), np.linspace(-3, 3, 121)))
+    sin, cos, speed = np.sin(alpha), np.cos(alpha), 3.8
+    root = 1 - s**2 * cos**2
+    d = np.sqrt(np.maximum(root, 0.0)) - s * sin
+    u, vz = speed * sin * d, -speed * cos * d
+    exists = (root >= 0) & (u >= 0) & (vz < 0)
+    v, w, got_exists = jax.vmap(lambda a, s_: _incoming(speed, a, s_, R))(jnp.asarray(alpha), jnp.asarray(s))
+    # Away from the edges of the existing motions, where rounding decides: an
+    # imaginary root, and s = 1 (the float64 form above cancels to +-1e-16 there).
+    decided = (np.abs(root) > 1e-12) & (np.abs(1 - s) > 1e-3)
+    assert 2_000 < exists[decided].sum() < decided.sum()
+    np.testing.assert_array_equal(np.asarray(got_exists)[decided], exists[decided])
+    both = exists & np.asarray(got_exists) & decided
+    np.testing.assert_allclose(np.asarray(v[0])[both], (u + s * speed)[both], rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(np.asarray(v[2])[both], vz[both], rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(np.asarray(w[1]), s * speed / R, rtol=1e-15)
 
 
 def test_racket_at_rest_and_aligned_is_the_table():
@@ -232,7 +282,8 @@ def test_values_computed_once_are_passed_through_unchanged():
 
     x = jnp.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.5, -2.5e-300])
     once = jax.jit(lambda a: computed_once(a, a > 0))
-    for got in (once(x), jax.vmap(once)(x)):
-        np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(x))
-        assert np.array_equal(np.signbit(np.asarray(got[0])), np.signbit(np.asarray(x)))
+    keyed = jax.jit(lambda a: computed_once(jnp.sin(a), a > 0, key=a))  # the trip count from a, not sin(a)
+    for got, first in ((once(x), x), (jax.vmap(once)(x), x), (keyed(x), jnp.sin(x)), (jax.vmap(keyed)(x), jnp.sin(x))):
+        np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(first))
+        assert np.array_equal(np.signbit(np.asarray(got[0])), np.signbit(np.asarray(first)))
         np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(x) > 0)

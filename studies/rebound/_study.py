@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from engine import Interval, Output, Parameter, PointResult, Status, Study, demo_configs
 
 from ._bounce import (
+    angle_from_normal,
     computed_once,
     critical_angle,
     incidence_angle,
@@ -72,8 +73,8 @@ def _bounce(v, w, p, dtype, racket=None):
         "incidence_angle": jnp.degrees(incidence_angle(v_local, w_local, r)),
         "critical_angle": jnp.degrees(critical_angle(e, mu)).astype(dtype),
         "out_speed": jnp.sqrt(out_v[0] * out_v[0] + out_v[1] * out_v[1] + out_v[2] * out_v[2]),
-        "out_angle": jnp.degrees(jnp.arctan2(jnp.sqrt(out_local[0] * out_local[0] + out_local[1] * out_local[1]),
-                                             out_local[2])),
+        "out_angle": jnp.degrees(angle_from_normal(jnp.sqrt(out_local[0] * out_local[0] + out_local[1] * out_local[1]),
+                                                   out_local[2])),
     }
     # Only a ball moving into the surface bounces.
     status = jnp.where(v_local[2] < 0, Status.SUCCESS, Status.OUT_OF_RANGE).astype(jnp.int8)
@@ -93,20 +94,24 @@ def solve_rebound(p, settings):
 def _incoming(speed, alpha, s, r):
     """Incoming (v, w), as components, with contact incidence angle alpha and spin ratio s = r wy / |v|.
 
-    The slip u = vx - r wy >= 0 along x and cot(alpha) = |vz| / u give
-    u = S (sin(alpha) sqrt(1 - s^2 cos^2(alpha)) - s sin^2(alpha)); no such
-    motion exists where the root is imaginary or u < 0.
+    The slip u = vx - r wy >= 0 along x, |vz| = q and t = tan(alpha) = u / q
+    with |v| = S and vx = u + s S give (q t + s S)^2 + q^2 = S^2, whose root
+    q = S (R - s t) / (1 + t^2), R = sqrt(1 - s^2 + t^2), is the motion
+    u = S (sin(alpha) sqrt(1 - s^2 cos^2(alpha)) - s sin^2(alpha)) of the
+    angle's sine and cosine (one tangent costs about half what the two do); no
+    such motion exists where R is imaginary or u < 0.
     """
-    sin, cos = computed_once(jnp.sin(alpha), jnp.cos(alpha))  # six sines and five cosines a point, else
-    root = 1 - s**2 * cos**2
+    (t,) = computed_once(jnp.tan(alpha), key=alpha)  # else computed again in every loop reading it
+    one_minus_s2 = (1 - s) * (1 + s)  # no cancellation as |s| -> 1, unlike 1 - s^2
+    root = one_minus_s2 + t**2
     sqrt = jnp.sqrt(jnp.maximum(root, 0.0))
-    # u = S sin d and vz = -S cos d with d = sqrt - s sin. For s sin > 0, d cancels
-    # as s -> 1 (the ball rolls along the table, vz = 0): there it is computed as
-    # (1 - s)(1 + s) / (sqrt + s sin), exact to rounding, and exactly 0 at s = 1.
-    ahead = s * sin > 0
-    d = jnp.where(ahead, (1 - s) * (1 + s) / jnp.where(ahead, sqrt + s * sin, 1.0), sqrt - s * sin)
-    u = speed * sin * d
-    vz = -speed * cos * d
+    # For s t > 0, R - s t cancels as s -> 1 (the ball rolls along the table,
+    # vz = 0): there q = S (1 - s)(1 + s) / (R + s t), exact to rounding, and
+    # exactly 0 at s = 1. One division either way.
+    ahead = s * t > 0
+    q = speed * (jnp.where(ahead, one_minus_s2, sqrt - s * t) / jnp.where(ahead, sqrt + s * t, 1 + t**2))
+    u = q * t
+    vz = -q
     exists = (root >= 0) & (u >= 0) & (vz < 0)
     zero = jnp.zeros_like(speed)
     return (u + s * speed, zero, vz), (zero, s * speed / r, zero), exists
@@ -150,12 +155,23 @@ SOURCE = 'Ren, Xu, Tan, "Rebound model between spinning table tennis ball and ta
 # one core (2 runs): 11.0-11.2M points/s in calls of 4,096 points, 9.5 in calls
 # of 8,192, 9.3-9.8 in calls of 16,384 (calls of 256: ~0.4M, the call overhead).
 CLOSED_FORM_BATCH = 4096
+# The regime map since (fewer libm calls, freed host memory kept between calls:
+# engine.solve._host_memory): each call costs ~30 us beyond its points, so wider
+# calls gain. 10^6 points through evaluate, one core, process CPU time (2 runs):
+# 51-53 ns a point in calls of 4,096, 43-44 in 8,192, 39-45 in 16,384, 37-38 in
+# 32,768 (numba, one thread: 42). On 2 idle cores, calls of 32,768 split the
+# costliest kernels over both cores (XLA:CPU splits by bytes: at 16,384 they
+# run on one), so one evaluate at a time gains (39.5-40.6M points/s against
+# 31.7-32.3), but two evaluates at once, as shard threads run, lose (44.5-45.9M
+# against 49.5-49.7). The config's shards (64,800 points) take four calls of
+# 16,384, the last padded by 736 points.
+REGIME_BATCH = 16384
 
 REBOUND = Study(
     name="rebound",
     title="spinning ball bouncing on a table or a moving racket (impulse model)",
     source=SOURCE,
-    version="1",
+    version="2",
     parameters=tuple(
         Parameter(n, "m/s", d, SPEED, f"incoming velocity, {n[1]} (surface frame when no racket)", n)
         for n, d in (("vx", 0.92), ("vy", -2.89), ("vz", -2.46))
@@ -177,7 +193,7 @@ REGIME = Study(
     name="rebound_regime",
     title="rebound regime map over incidence angle and spin ratio (derived axes)",
     source=SOURCE,
-    version="2",
+    version="3",
     parameters=(
         Parameter("speed", "m/s", 3.8, Interval(0.0, 50.0, lower_open=True), "incoming speed |Vi|"),
         Parameter("incidence_angle", "deg", 45.0, Interval(0.0, 90.0, upper_open=True),
@@ -195,7 +211,7 @@ REGIME = Study(
     solve_point=solve_regime,
     figures=regime_figures,
     demo_configs={"rebound_regime": _DEMOS["rebound_regime"]},
-    batch_size=CLOSED_FORM_BATCH,
+    batch_size=REGIME_BATCH,
 )
 
 TABLE1 = Study(

@@ -1,0 +1,48 @@
+"""evaluate's handling of its inputs: a fixed parameter (a broadcast view, as a
+shard passes it) goes to the device once, with bitwise the results of the same
+values passed point by point; and the host allocator is set once per process."""
+
+import platform
+
+import numpy as np
+import pytest
+
+from engine import SolverSettings
+from engine.solve import evaluate
+from engine.solve._host_memory import keep_freed_memory
+from studies.rebound import REGIME
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_fixed_parameter_gives_the_results_of_its_values_point_by_point(dtype):
+    n = 37  # two whole batches of 16 and a padded one
+    rng = np.random.default_rng(3)
+    axes = {k: np.full(n, v) for k, v in REGIME.defaults.items()} | {
+        "spin_ratio": rng.uniform(-1.2, 1.2, n), "incidence_angle": rng.uniform(0, 89.9, n)}
+    fixed = {"friction": 0.3, "restitution": 0.7}
+    settings = SolverSettings(dtype=dtype)
+    views = {k: np.broadcast_to(np.float64(v), (n,)) for k, v in fixed.items()}
+    assert all(v.strides == (0,) for v in views.values())
+    full = {k: np.full(n, v) for k, v in fixed.items()}
+    a = evaluate(REGIME, settings, axes | views, batch_size=16)
+    b = evaluate(REGIME, settings, axes | full, batch_size=16)
+    assert np.count_nonzero(a.status == 1) > n // 2
+    for name in a.outputs:
+        assert a.outputs[name].dtype == np.dtype(dtype) and a.outputs[name].shape == (n,)
+        np.testing.assert_array_equal(a.outputs[name], b.outputs[name], err_msg=name)
+    np.testing.assert_array_equal(a.status, b.status)
+    # The fixed values were used: other values give other results.
+    c = evaluate(REGIME, settings, axes | full | {"friction": np.full(n, 0.1)}, batch_size=16)
+    assert not np.array_equal(a.outputs["out_vx"], c.outputs["out_vx"], equal_nan=True)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the thresholds are glibc's")
+def test_freed_host_memory_is_kept_on_glibc():
+    assert keep_freed_memory() is True
+    assert keep_freed_memory() is True  # once per process, then the cached answer
+
+
+def test_no_points_is_a_clear_error():
+    empty = {k: np.zeros(0) for k in REGIME.defaults}
+    with pytest.raises(ValueError, match="rebound_regime.*no points"):
+        evaluate(REGIME, SolverSettings(), empty, batch_size=16)
