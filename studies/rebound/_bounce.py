@@ -20,6 +20,8 @@ their `*_components` forms take and give tuples.
 import jax
 import jax.numpy as jnp
 
+from engine import vectormath
+
 PHYSICAL, CLASSICAL, LEARNED = 0, 1, 2
 MODEL_NAMES = ("physical", "classical", "learned")
 
@@ -78,9 +80,9 @@ def _hypot(x, y):
 def angle_from_normal(along, normal):
     """The angle arctan2(along, normal) of a velocity leaving the surface (along >= 0, normal > 0).
 
-    Computed as arctan(along / normal): one arctangent costs about 60% of an
-    arctan2 (glibc's, which XLA:CPU and numba both call), and the quotient
-    adds at most a quarter of float resolution in radians. 0 at rest, as
+    Computed as arctan(along / normal), the arctangent by engine.vectormath
+    (XLA:CPU calls glibc's scalar arctan2 or arctan a point at a time): the
+    quotient adds at most a quarter of float resolution in radians. 0 at rest, as
     arctan2(0, 0); a velocity into the surface (normal < 0) is no bounce and
     gets no meaningful angle here.
 
@@ -89,7 +91,7 @@ def angle_from_normal(along, normal):
     (regime map: 12.7 ns a point, 8.1 apart).
     """
     (tangent,) = computed_once(jnp.where(along > 0, along / normal, 0.0), key=normal)
-    return jnp.arctan(tangent)
+    return vectormath.arctan(tangent)
 
 
 def incidence_angle(v, w, r):

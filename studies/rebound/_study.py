@@ -6,7 +6,7 @@ table/racket" (seed 001), restated in the project's specification.
 
 import jax.numpy as jnp
 
-from engine import Interval, Output, Parameter, PointResult, Status, Study, demo_configs
+from engine import Interval, Output, Parameter, PointResult, Status, Study, demo_configs, vectormath
 
 from ._bounce import (
     angle_from_normal,
@@ -101,7 +101,7 @@ def _incoming(speed, alpha, s, r):
     angle's sine and cosine (one tangent costs about half what the two do); no
     such motion exists where R is imaginary or u < 0.
     """
-    (t,) = computed_once(jnp.tan(alpha), key=alpha)  # else computed again in every loop reading it
+    (t,) = computed_once(vectormath.tan(alpha), key=alpha)  # else computed again in every loop reading it
     one_minus_s2 = (1 - s) * (1 + s)  # no cancellation as |s| -> 1, unlike 1 - s^2
     root = one_minus_s2 + t**2
     sqrt = jnp.sqrt(jnp.maximum(root, 0.0))
@@ -171,7 +171,7 @@ REBOUND = Study(
     name="rebound",
     title="spinning ball bouncing on a table or a moving racket (impulse model)",
     source=SOURCE,
-    version="2",
+    version="3",
     parameters=tuple(
         Parameter(n, "m/s", d, SPEED, f"incoming velocity, {n[1]} (surface frame when no racket)", n)
         for n, d in (("vx", 0.92), ("vy", -2.89), ("vz", -2.46))
@@ -193,7 +193,7 @@ REGIME = Study(
     name="rebound_regime",
     title="rebound regime map over incidence angle and spin ratio (derived axes)",
     source=SOURCE,
-    version="3",
+    version="4",
     parameters=(
         Parameter("speed", "m/s", 3.8, Interval(0.0, 50.0, lower_open=True), "incoming speed |Vi|"),
         Parameter("incidence_angle", "deg", 45.0, Interval(0.0, 90.0, upper_open=True),
