@@ -273,17 +273,3 @@ def test_regime_axes_are_exact_near_rolling_contact():
         np.testing.assert_allclose(np.asarray(v[2]), np.array(exact, dtype=float), rtol=1e-13)
     v, w, exists = jax.vmap(lambda a: _incoming(3.8, a, 1.0, 0.02))(jnp.asarray(alpha))
     assert not np.any(exists) and np.all(np.asarray(v[2]) == 0.0)
-
-
-def test_values_computed_once_are_passed_through_unchanged():
-    """computed_once keeps a value in memory through a one-trip loop: NaN,
-    infinities and signed zeros come out as they went in, batched or not."""
-    from studies.rebound._bounce import computed_once
-
-    x = jnp.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.5, -2.5e-300])
-    once = jax.jit(lambda a: computed_once(a, a > 0))
-    keyed = jax.jit(lambda a: computed_once(jnp.sin(a), a > 0, key=a))  # the trip count from a, not sin(a)
-    for got, first in ((once(x), x), (jax.vmap(once)(x), x), (keyed(x), jnp.sin(x)), (jax.vmap(keyed)(x), jnp.sin(x))):
-        np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(first))
-        assert np.array_equal(np.signbit(np.asarray(got[0])), np.signbit(np.asarray(first)))
-        np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(x) > 0)

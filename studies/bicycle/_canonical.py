@@ -11,7 +11,7 @@ never mutates it, and is vmappable over every parameter.
 
 import jax.numpy as jnp
 
-from ._materialise import materialise
+from engine.once import computed_once
 
 
 def canonical_matrices(p):
@@ -48,8 +48,8 @@ def canonical_entries(p):
     IAxx = IHxx + IFxx + mH * (zH - zA) ** 2 + mF * (rF + zA) ** 2
     IAxz = IHxz - mH * (xH - xA) * (zH - zA) + mF * (w - xA) * (rF + zA)
     IAzz = IHzz + IFzz + mH * (xH - xA) ** 2 + mF * (w - xA) ** 2
-    # Used in many entries below: the trigonometry and divisions once (see _materialise).
-    sin, cos, xT, zT, xA, zA, ITxx, ITxz, ITzz, IAxx, IAxz, IAzz = materialise(
+    # Used in many entries below: the trigonometry and divisions once (see engine.once).
+    sin, cos, xT, zT, xA, zA, ITxx, ITxz, ITzz, IAxx, IAxz, IAzz = computed_once(
         (sin, cos, xT, zT, xA, zA, ITxx, ITxz, ITzz, IAxx, IAxz, IAzz))
 
     # Steer axis: offset of A's centre ahead of it, inertias about / across it.
@@ -62,8 +62,8 @@ def canonical_entries(p):
     ST = SR + SF
     SA = mA * uA + mu * mT * xT
 
-    # The eleven distinct non-zero entries, computed once (see _materialise).
-    m00, m01, m11, k0_00, k0_01, k0_11, k2_01, k2_11, c1_01, c1_10, c1_11 = materialise((
+    # The eleven distinct non-zero entries, computed once (see engine.once).
+    m00, m01, m11, k0_00, k0_01, k0_11, k2_01, k2_11, c1_01, c1_10, c1_11 = computed_once((
         ITxx, IAlx + mu * ITxz, IAll + 2 * mu * IAlz + mu**2 * ITzz,
         mT * zT, -SA, -SA * sin,
         (ST - mT * zT) * cos / w, (SA + SF * sin) * cos / w,

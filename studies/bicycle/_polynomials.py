@@ -14,7 +14,8 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from ._materialise import materialise
+from engine.once import computed_once
+
 from ._quartic import discriminant
 
 
@@ -63,7 +64,7 @@ class SpeedPolynomials(NamedTuple):
              _U((self.k31,), odd=True), _U((self.k40,)))
         value = discriminant(a)
         assert not value.odd  # the quartic's symmetry (v, s) -> (-v, -s): even in v
-        return materialise(value.dense(7))
+        return computed_once(value.dense(7))
 
     def hurwitz(self):
         """(A, B, C): the Routh-Hurwitz determinant a3 a2 a1 - a3^2 a0 - a4 a1^2 is
@@ -78,7 +79,7 @@ class SpeedPolynomials(NamedTuple):
 def speed_polynomials(matrices, g):
     M, C1, K0, K2 = matrices
     gK0 = tuple(tuple(g * x for x in row) for row in K0)  # stacked matrices or nested tuples of entries
-    return SpeedPolynomials(*materialise((
+    return SpeedPolynomials(*computed_once((
         _det(gK0), _cross(gK0, K2),  # k00, k02
         _cross(gK0, C1), _cross(K2, C1),  # k11, k13
         _cross(gK0, M), _cross(K2, M) + _det(C1),  # k20, k22

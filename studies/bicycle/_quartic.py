@@ -14,7 +14,7 @@ Written on scalars (a point's four roots are four values, a polynomial a tuple
 of coefficients), not on small stacked arrays: vmapped, every step is then an
 elementwise operation over the batch, which XLA fuses into a few loops, where
 stacks, reductions over four or six entries and their transposes each became
-a kernel of their own (`_materialise` says where values are computed once).
+a kernel of their own (engine.once says why values are computed once).
 Measured on CPU (CPU time, batches of 4,096, the benchmark bicycle from 0 to
 10 m/s): the quartic at v with its polish from 0.36 to 0.12 microseconds a
 point, two thirds of that saving the Aberth steps' 4x4 complex repulsion.
@@ -23,7 +23,7 @@ point, two thirds of that saving the Aberth steps' 4x4 complex repulsion.
 import jax
 import jax.numpy as jnp
 
-from ._materialise import materialise
+from engine.once import computed_once
 
 
 def horner(coeffs, z):
@@ -66,7 +66,7 @@ def _largest_cubic_root(b, c, d):
     r = jnp.sqrt(jnp.maximum(-p / 3, 0.0))
     cos3 = jnp.clip(-q / (2 * jnp.where(r == 0, 1.0, r) ** 3), -1.0, 1.0)
     three = 2 * r * jnp.cos(jnp.arccos(cos3) / 3)
-    x, = materialise((jnp.where(disc > 0, one, three) - b / 3,))  # (its trigonometry once, not in each use)
+    x, = computed_once((jnp.where(disc > 0, one, three) - b / 3,))  # (its trigonometry once, not in each use)
     for _ in range(2):  # Newton: the forms above can lose digits
         f = ((x + b) * x + c) * x + d
         df = (3 * x + 2 * b) * x + c
@@ -102,7 +102,7 @@ def ferrari(a):
     r = e - b * d / 4 + b * b * c / 16 - 3 * b**4 / 256
     # y^4 + p y^2 + q y + r = (y^2 + p/2 + m)^2 - (sigma y - t)^2 with sigma^2 = 2m, t sigma = q/2,
     # t^2 = (p/2 + m)^2 - r, where m >= 0 is the largest root of the resolvent cubic.
-    m, = materialise((jnp.maximum(_largest_cubic_root(p, p * p / 4 - r, -q * q / 8), 0.0),))
+    m, = computed_once((jnp.maximum(_largest_cubic_root(p, p * p / 4 - r, -q * q / 8), 0.0),))
     sigma = jnp.sqrt(2 * m)
     square = (p / 2 + m) ** 2 - r
     # t from whichever form is better conditioned: q/(2 sigma) loses digits when m is
@@ -114,7 +114,7 @@ def ferrari(a):
     one_plus, one_minus, one_real = _quadratic(-sigma, p / 2 + m + t)
     two_plus, two_minus, two_real = _quadratic(sigma, p / 2 + m - t)
     shift = b / 4
-    *roots, one_real, two_real = materialise((one_plus - shift, one_minus - shift, two_plus - shift,
+    *roots, one_real, two_real = computed_once((one_plus - shift, one_minus - shift, two_plus - shift,
                                               two_minus - shift, one_real, two_real))
     return tuple(roots), (one_real, two_real)
 
@@ -148,7 +148,7 @@ def polish(a, roots, real):
         y = jnp.abs(y_plus)
         out += [jax.lax.complex(x_plus, jnp.where(is_real, 0.0, y)),
                 jax.lax.complex(jnp.where(is_real, x_minus, x_plus), jnp.where(is_real, 0.0, -y))]
-    return materialise(out)
+    return computed_once(out)
 
 
 def _horner_parts(a, x, y, derivative=True):

@@ -36,7 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._materialise import materialise
+from engine.once import computed_once
+
 from ._polynomials import polyval, speed_polynomials
 from ._quartic import closest_pair, ferrari, polished_roots
 
@@ -71,7 +72,7 @@ def tracked_eigenvalues(matrices, g, v):
     z = [_position_of(label, slots, canonical) for label in range(4)]
     # At -v the branch that starts at s0 is the negative of the one that starts at -s0,
     # and v = 0's descending order reverses.
-    z = materialise([jnp.where(v < 0, -z[3 - i], z[i]) for i in range(4)])
+    z = computed_once([jnp.where(v < 0, -z[3 - i], z[i]) for i in range(4)])
     return jnp.stack(_canonical_pair(z))
 
 
@@ -191,7 +192,7 @@ def _canonical_order(z, real):
     keep = z[0].real >= z[2].real
     none_real = [jnp.where(keep, z[i], z[(i + 2) % 4]) for i in range(4)]
     count = real[0].astype(jnp.int32) + real[1].astype(jnp.int32)
-    return materialise([jnp.where(count == 2, a, jnp.where(count == 1, b, c))
+    return computed_once([jnp.where(count == 2, a, jnp.where(count == 1, b, c))
                         for a, b, c in zip(four, two_real, none_real, strict=True)])
 
 

@@ -17,32 +17,13 @@ passes them as such. `table_bounce` and `racket_bounce` take and give arrays;
 their `*_components` forms take and give tuples.
 """
 
-import jax
 import jax.numpy as jnp
 
 from engine import vectormath
+from engine.once import computed_once
 
 PHYSICAL, CLASSICAL, LEARNED = 0, 1, 2
 MODEL_NAMES = ("physical", "classical", "learned")
-
-
-def computed_once(*values, key=None):
-    """`values` unchanged, each computed once per point.
-
-    XLA:CPU fuses an elementwise result into every loop that reads it and
-    computes it again there: the regime map's sine was computed six times a
-    point, its cosine five. The result of a while loop is
-    kept in memory instead; this one runs once, but its trip count starts from a
-    value that is zero without the compiler knowing it (optimization_barrier
-    is removed by XLA:CPU before fusion). key: a value already at hand that the
-    trip count is computed from (default: the first value, which XLA then
-    computes once more for the trip count).
-    """
-    key = values[0] if key is None else key
-    start = jnp.any(jnp.asarray(key) > jnp.inf).astype(jnp.int32)  # 0 for every value, NaN included
-    _, *kept = jax.lax.while_loop(lambda state: state[0] < 1, lambda state: (state[0] + 1, *values),
-                                  (start, *(jnp.zeros_like(v) for v in values)))
-    return tuple(kept)
 
 
 def _slip(v, w, r):
@@ -90,7 +71,7 @@ def angle_from_normal(along, normal):
     the arctangent's loop saved its vector registers around every libm call
     (regime map: 12.7 ns a point, 8.1 apart).
     """
-    (tangent,) = computed_once(jnp.where(along > 0, along / normal, 0.0), key=normal)
+    (tangent,) = computed_once((jnp.where(along > 0, along / normal, 0.0),))
     return vectormath.arctan(tangent)
 
 

@@ -7,10 +7,10 @@ table/racket" (seed 001), restated in the project's specification.
 import jax.numpy as jnp
 
 from engine import Interval, Output, Parameter, PointResult, Status, Study, demo_configs, vectormath
+from engine.once import computed_once
 
 from ._bounce import (
     angle_from_normal,
-    computed_once,
     critical_angle,
     incidence_angle,
     racket_bounce_components,
@@ -101,7 +101,7 @@ def _incoming(speed, alpha, s, r):
     angle's sine and cosine (one tangent costs about half what the two do); no
     such motion exists where R is imaginary or u < 0.
     """
-    (t,) = computed_once(vectormath.tan(alpha), key=alpha)  # else computed again in every loop reading it
+    (t,) = computed_once((vectormath.tan(alpha),))  # else computed again in every loop reading it
     one_minus_s2 = (1 - s) * (1 + s)  # no cancellation as |s| -> 1, unlike 1 - s^2
     root = one_minus_s2 + t**2
     sqrt = jnp.sqrt(jnp.maximum(root, 0.0))

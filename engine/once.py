@@ -1,24 +1,26 @@
 """Values computed once per point, whatever XLA's fusion would do with them.
 
-The per-point code works on scalars (a point's four roots are four values),
-so that vmapped, every step is an elementwise operation over the batch. XLA's
-CPU fusion then fuses an elementwise producer into each of its consumers and
-recomputes it there; consumers of consumers multiply the recomputation, and on
-the chain from the quartic's coefficients through its roots, their order and
-their labels that cost 30 times the work (measured: 10 microseconds a point
-instead of 0.3). An optimization barrier does not stop it (XLA:CPU removes
-barriers before fusing). A reduction does: it is the root of its own fusion,
-and its consumers read its output buffer. So `materialise` passes values
-through a sum with zero over a stacked axis, which returns them bitwise.
+Vmapped, a study's per-point code is elementwise over the batch, and XLA:CPU
+fuses an elementwise producer into each of its consumers and recomputes it
+there; consumers of consumers multiply the recomputation. Measured: on the
+bicycle's chain from a quartic's coefficients through its roots, their order
+and their labels, 30 times the work (10 microseconds a point instead of 0.3);
+on the rebound map a sine computed six times a point; the engine's range
+check of a point's parameters once in every fusion that reads a parameter. An
+optimization barrier does not stop it (XLA:CPU removes barriers before
+fusing). A reduction does: it is the root of its own fusion, and its consumers
+read its output buffer. So `computed_once` passes values through a sum with
+zero over a stacked axis, which returns them bitwise.
 """
 
 import jax
 import jax.numpy as jnp
 
 
-def materialise(values):
-    """The tuple `values` (scalars per point, of any dtypes), unchanged, each
-    computed once: consumers read them instead of recomputing them."""
+def computed_once(values):
+    """The values of the sequence `values` (scalars per point, of any dtypes),
+    unchanged, as a tuple, each computed once: consumers read them instead of
+    recomputing them."""
     values = tuple(jnp.asarray(x) for x in values)
     out = list(values)
     for dtype in {x.dtype for x in values}:
