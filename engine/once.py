@@ -9,8 +9,15 @@ on the rebound map a sine computed six times a point; the engine's range
 check of a point's parameters once in every fusion that reads a parameter. An
 optimization barrier does not stop it (XLA:CPU removes barriers before
 fusing). A reduction does: it is the root of its own fusion, and its consumers
-read its output buffer. So `computed_once` passes values through a sum with
-zero over a stacked axis, which returns them bitwise.
+read its output buffer. So `computed_once` passes values through a reduction
+over a stacked axis of two, the value and zero, by bitwise or: floats as their
+bits, so every value comes back bitwise (NaN payloads, -0 included).
+
+Why bitwise or and not a sum with -0 (which also returns floats bitwise):
+XLA:CPU hands float sums to a library kernel (YNNPACK), which took 2.6 ns an
+element where its own loop takes well under one. Measured on the rebound
+regime map (16,384 points a call, one core): 296 us a call with sums, 199 with
+bitwise or, the same results.
 """
 
 import jax
@@ -25,23 +32,31 @@ def computed_once(values):
     out = list(values)
     for dtype in {x.dtype for x in values}:
         where = [i for i, x in enumerate(values) if x.dtype == dtype]
-        stacked = jnp.stack([values[i] for i in where])
-        if dtype == jnp.bool_:
-            zero, add = False, jax.lax.bitwise_or
-        else:
-            zero, add = _negative_zero(dtype), jax.lax.add
-        # Each value plus zero: a reduction over a stacked axis of two (the values, zeros).
-        reduced = jax.lax.reduce(jnp.stack([stacked, jnp.full_like(stacked, zero)]), zero, add, (0,))
+        stacked = _as_bits(jnp.stack([values[i] for i in where]))
+        zero = jnp.zeros((), stacked.dtype)
+        reduced = jax.lax.reduce(jnp.stack([stacked, jnp.broadcast_to(zero, stacked.shape)]), zero,
+                                 jax.lax.bitwise_or, (0,))
+        reduced = _from_bits(reduced, dtype)
         for k, i in enumerate(where):
             out[i] = reduced[k]
     return tuple(out)
 
 
-def _negative_zero(dtype):
-    """-0, the identity of addition for every value (-0 and +0 included), as the
-    sums' start and fill: they return their one value bitwise. 0 for integers."""
+def _as_bits(x):
+    """x as integers or booleans (bitwise or's operands): floats as unsigned
+    integers of their width, complex numbers as pairs of them (a last axis)."""
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        x = jnp.stack([x.real, x.imag], axis=-1)
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        return jax.lax.bitcast_convert_type(x, jnp.dtype(f"uint{x.dtype.itemsize * 8}"))
+    return x
+
+
+def _from_bits(bits, dtype):
+    """The inverse of _as_bits, to `dtype`."""
     if jnp.issubdtype(dtype, jnp.complexfloating):
-        return jnp.asarray(complex(-0.0, -0.0), dtype)
+        parts = jax.lax.bitcast_convert_type(bits, jnp.finfo(dtype).dtype)
+        return jax.lax.complex(parts[..., 0], parts[..., 1])
     if jnp.issubdtype(dtype, jnp.floating):
-        return jnp.asarray(-0.0, dtype)
-    return jnp.zeros((), dtype)
+        return jax.lax.bitcast_convert_type(bits, dtype)
+    return bits

@@ -8,13 +8,14 @@ from engine.once import computed_once
 
 
 def test_computed_once_returns_every_value_bitwise():
-    """Signed zeros, NaN, infinities, complex, integer and boolean values pass
-    through unchanged, vmapped as a study uses it and not."""
-    x = jnp.array([0.0, -0.0, 1.5, np.nan, -np.inf, 1e-310])
+    """Signed zeros, NaN, infinities, subnormals, complex, integer and boolean
+    values of every width pass through unchanged, vmapped as a study uses it and not."""
+    nan_payload = np.array([0x7FF8_0000_0000_0123], np.uint64).view(np.float64)[0]
+    x = jnp.array([0.0, -0.0, nan_payload, -np.nan, -np.inf, 1e-310])
     z = jnp.array([complex(-0.0, 0.0), complex(0.0, -0.0), 1 + 2j, complex(np.nan, 1), 3 - 0j, -1j])
     b = jnp.array([True, False, True, False, True, False])
     i = jnp.array([1, -2, 3, 0, 7, -(2**31)], jnp.int32)
-    inputs = (x, z, b, i, -x)
+    inputs = (x, z, b, i, -x, x.astype(jnp.float32), z.astype(jnp.complex64), x.astype(jnp.float16))
     for fn in (jax.vmap(lambda *values: computed_once(values)), lambda *values: computed_once(values)):
         out = jax.jit(fn)(*inputs)
         for before, after in zip(inputs, out, strict=True):
