@@ -5,6 +5,7 @@ compiled program serves every shard: a point's result cannot depend on the
 shard size, and there is a single compilation per process.
 """
 
+import collections
 import dataclasses
 import functools
 import threading
@@ -17,6 +18,15 @@ from ._host_memory import keep_freed_memory
 from .base import Plan
 from .plan import make_plan, solver_of
 from .settings import SolverSettings
+
+
+# Calls queued ahead of the one whose results are being copied out. Few: a
+# call's buffers are allocated when it is queued, so with every call of an
+# evaluate queued at once each had fresh memory, faulted in page by page,
+# while with few queued the allocator hands back the buffers just freed.
+# Measured on the rebound regime map (10^6 points, 16,384 a call, one core):
+# 24.3 ns a point with all queued, 22.1 with 2 (1 and 4: 22.2, 22.0).
+WINDOW = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,28 +99,21 @@ def evaluate(
     # A fixed parameter (one value seen n times: a broadcast view) is put on the
     # device once, as a batch of its value, and passed to every call: copied in
     # call by call from its view it cost ~10 ns a point (rebound regime map, one
-    # core, 16,384 points a call: 50 against 40).
+    # core, 16,384 points a call: 50 against 40). Not as its one value (0-d,
+    # vmapped with in_axes None), though that was faster (rebound regime map:
+    # 14.1 -> 11.8 ns a point): the program then computes what depends on fixed
+    # values alone once, by scalar code whose roundings are not the vectorised
+    # code's (the bicycle's eigenvalues differed in the last bit), and a point's
+    # results would depend on whether its sweep fixes a parameter or sweeps it
+    # (tests/test_fixed_values.py).
     fixed = {k: jax.device_put(np.full(batch, v[0], dtype=settings.dtype))
              for k, v in raw.items() if v.ndim == 1 and v.size and v.strides[0] == 0}
     columns = {k: np.asarray(v, dtype=settings.dtype) for k, v in raw.items() if k not in fixed}
-    calls = []
-    for start in range(0, n, batch):
-        stop = min(start + batch, n)
-        if stop - start == batch:  # a whole batch: views, not copies
-            args = {k: v[start:stop] for k, v in columns.items()}
-        else:  # padded with copies of the batch's first point: same compiled shape every call
-            take = np.concatenate([np.arange(start, stop), np.full(batch - (stop - start), start)])
-            args = {k: v[take] for k, v in columns.items()}
-        args |= fixed
-        calls.append((start, stop - start, fn(args, np.int32(stop - start))))
-    # Device -> host after all batches are queued, each batch as it completes,
-    # into the whole arrays: on CPU the copies overlap the later calls (joined at
-    # the end, they followed the last call: rebound regime map, 10^6 points, 2
-    # idle cores, 3 alternated runs: 21-25M points/s then, 27-29M now), and a
-    # batch's buffers go back once copied.
     values, status, steps, events = {}, None, None, None
-    for i, (start, count, (o, s, st, ev)) in enumerate(calls):
-        calls[i] = None
+
+    def collect(start, count, result):
+        nonlocal values, status, steps, events
+        o, s, st, ev = result
         if status is None:
             values = {k: np.empty((n, *o[k].shape[1:]), o[k].dtype) for k in selected}
             status, steps, events = (np.empty(n, x.dtype) for x in (s, st, ev))
@@ -120,4 +123,22 @@ def evaluate(
         status[start:stop] = np.asarray(s)[:count]
         steps[start:stop] = np.asarray(st)[:count]
         events[start:stop] = np.asarray(ev)[:count]
+
+    # Device -> host as each call completes, into the whole arrays, while the
+    # next calls run: on CPU the copies overlap them, and a call's buffers go
+    # back once copied.
+    in_flight = collections.deque()
+    for start in range(0, n, batch):
+        stop = min(start + batch, n)
+        if stop - start == batch:  # a whole batch: views, not copies
+            args = {k: v[start:stop] for k, v in columns.items()}
+        else:  # padded with copies of the batch's first point: same compiled shape every call
+            take = np.concatenate([np.arange(start, stop), np.full(batch - (stop - start), start)])
+            args = {k: v[take] for k, v in columns.items()}
+        args |= fixed
+        in_flight.append((start, stop - start, fn(args, np.int32(stop - start))))
+        if len(in_flight) > WINDOW:
+            collect(*in_flight.popleft())
+    while in_flight:
+        collect(*in_flight.popleft())
     return Evaluation(outputs=values, status=status, num_steps=steps, num_events=events)
