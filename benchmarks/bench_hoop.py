@@ -48,11 +48,6 @@ import jax.numpy as jnp  # noqa: E402
 MASS, RADIUS, GRAVITY, LAM, XI0, SPEED = 1.0, 0.01, 9.81, 1e3, 0.0, 1.0  # the study's defaults
 STEP, DURATION = 5e-5, 12.0  # configs/hoop_profiles.toml
 A_RANGE, B_RANGE = (0.0, 0.3), (0.3, 0.7)  # configs/hoop_profiles.toml
-# Shards of one call each, as many as cores: 13 x 9 shapes cut as (7, 9) -> two
-# shards of 63 and 54 points, each one call of the study's batch of 64 (the
-# config's 35 cut this grid into five shards of 27 or 9 points: 68-75 points/s
-# against 190).
-SHARD_SIZE = 63
 OUTPUTS = ("period", "period_reference", "turn_left_x", "turn_right_x", "max_residual")
 TURNING_RATE = 1e-3  # theta' below which the energy row blends into its turning-point limit (the study's)
 SAVE_EVERY = 1e-3  # diffrax baseline: sampling of the trajectory
@@ -274,10 +269,12 @@ def main():
     from engine.solve import evaluate
     from studies.hoop import STUDY
 
-    # ---- the engine end to end: one run; the warm-up sweep is the same grid over
-    # a short duration (the same compiled batch, not its run time)
+    # ---- the engine end to end: one run, with the engine's shards (the sweep sets
+    # no shard_size: one call of the study's batch each, so 13 x 9 shapes are two
+    # shards of 63 and 54, one for each core); the warm-up sweep is the same grid
+    # over a short duration (the same compiled batch, not its run time)
     def text(duration):
-        return lambda out: sweep_text("hoop", axes, outputs=OUTPUTS, out=out, run={"shard_size": SHARD_SIZE},
+        return lambda out: sweep_text("hoop", axes, outputs=OUTPUTS, out=out,
                                       parameters={"step": STEP, "duration": duration})
 
     cube, seconds, report = engine_end_to_end(text(DURATION), OUTPUTS, repeat=1, warmup=text(0.01))
