@@ -19,7 +19,6 @@ from .base import Plan
 from .plan import make_plan, solver_of
 from .settings import SolverSettings
 
-
 # Calls queued ahead of the one whose results are being copied out. Few: a
 # call's buffers are allocated when it is queued, so with every call of an
 # evaluate queued at once each had fresh memory, faulted in page by page,
