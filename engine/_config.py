@@ -238,7 +238,6 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
     )
 
 
-
 def default_shard_size(study, shape: tuple[int, ...]) -> int:
     """Points per shard when the sweep does not say: one compiled call of the
     study's batch where it declares one, else SHARD_SIZE.
@@ -247,15 +246,16 @@ def default_shard_size(study, shape: tuple[int, ...]) -> int:
     64), and then shards of one call each keep every core busy on a grid of a
     few hundred points (the hoop's 13 x 9 shapes, 2 cores: one shard of
     SHARD_SIZE points ran on one core, 92 points/s; two of 63 and 54 points on
-    both, 135); a cheap study's large batch makes large shards. It depends on the sweep and the
-    study alone, never on the machine: a store made on one machine resumes on
-    another with the same shards. Doubled while the grid would have more than
-    MAX_SHARDS shards.
+    both, 135); a cheap study's large batch makes large shards. It depends on
+    the sweep and the study alone, never on the machine: a store made on one
+    machine resumes on another with the same shards. Doubled while the grid
+    would have more than MAX_SHARDS shards.
     """
     size = study.batch_size or SHARD_SIZE
     while Layout(shape, chunk_shape(shape, size)).n_shards > MAX_SHARDS:
         size *= 2
     return size
+
 
 def _solver_settings(study, values: dict) -> SolverSettings:
     """The study's solver defaults under the sweep's `[solver]` values (the sweep wins);

@@ -108,20 +108,15 @@ def evaluate(
     fixed = {k: jax.device_put(np.full(batch, v[0], dtype=settings.dtype))
              for k, v in raw.items() if v.ndim == 1 and v.size and v.strides[0] == 0}
     columns = {k: np.asarray(v, dtype=settings.dtype) for k, v in raw.items() if k not in fixed}
-    values, status, steps, events = {}, None, None, None
+    host = []  # the whole arrays, made at the first results: the selected outputs, status, steps, events
 
     def collect(start, count, result):
-        nonlocal values, status, steps, events
-        o, s, st, ev = result
-        if status is None:
-            values = {k: np.empty((n, *o[k].shape[1:]), o[k].dtype) for k in selected}
-            status, steps, events = (np.empty(n, x.dtype) for x in (s, st, ev))
-        stop = start + count
-        for k in selected:
-            values[k][start:stop] = np.asarray(o[k])[:count]
-        status[start:stop] = np.asarray(s)[:count]
-        steps[start:stop] = np.asarray(st)[:count]
-        events[start:stop] = np.asarray(ev)[:count]
+        outputs, *counters = result
+        pieces = [outputs[k] for k in selected] + counters
+        if not host:
+            host.extend(np.empty((n, *p.shape[1:]), p.dtype) for p in pieces)
+        for whole, piece in zip(host, pieces, strict=True):
+            whole[start:start + count] = np.asarray(piece)[:count]
 
     # Device -> host as each call completes, into the whole arrays, while the
     # next calls run: on CPU the copies overlap them, and a call's buffers go
@@ -140,4 +135,6 @@ def evaluate(
             collect(*in_flight.popleft())
     while in_flight:
         collect(*in_flight.popleft())
-    return Evaluation(outputs=values, status=status, num_steps=steps, num_events=events)
+    *values, status, steps, events = host
+    return Evaluation(outputs=dict(zip(selected, values, strict=True)), status=status, num_steps=steps,
+                      num_events=events)
