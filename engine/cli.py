@@ -61,11 +61,30 @@ def _describe_solvers(study) -> None:
         print(f"  on a GPU machine, sweeps under {GPU_MIN_POINTS:,} points run on its CPU cores")
 
 
+def _say_fused_fallback(sweep) -> None:
+    """On a GPU, one line on stderr where the fused kernel's check failed
+    unexpectedly (an exception, not a property of the study) and the plan fell
+    back to another solver. Nothing on CPU, where the fused kernel is not the default."""
+    from .solve import SOLVERS, detect
+    from .solve.fused import PLEASE_REPORT
+
+    if detect().platform != "gpu":
+        return
+    reason = SOLVERS["fused"].unsupported(sweep.study)
+    if reason and reason.endswith(PLEASE_REPORT):
+        from ._cost import plan_for
+
+        plan = plan_for(sweep)
+        print(f"rollsweep: warning: study {sweep.study.name} is not fused on this GPU ({reason}); it solves with the "
+              f"{plan.solver} solver on {plan.device.platform}", file=sys.stderr)
+
+
 def _validate(args):
     from ._cost import check_memory
 
     check_workers(args.workers)
     sweep = load_sweep(args.config, out=args.out)
+    _say_fused_fallback(sweep)
     cost = check_memory(sweep, args.workers or 1)
     axes = ", ".join(f"{a.name}[{len(a.values)}]" for a in sweep.axes)
     print(f"{args.config}: valid {sweep.study.name} sweep, axes {axes}")
@@ -79,6 +98,7 @@ def _run(args):
     check_workers(args.workers)
     sweep = load_sweep(args.config, out=args.out)
     args.store = sweep.out  # where a disk error happened, if it does not say
+    _say_fused_fallback(sweep)
     report = run(
         sweep,
         executor=args.executor,

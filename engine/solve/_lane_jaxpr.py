@@ -224,7 +224,8 @@ def _apply(eqn, ins, in_avals, lanes):
         return [_dot_general(ins, params["dimension_numbers"], eqn.outvars[0].aval.dtype, lanes)]
     if prim in _STRUCTURAL:
         out = _STRUCTURAL[prim](ins, in_avals, params, eqn)
-        return out if prim.multiple_results else [out]
+        outs = out if prim.multiple_results else [out]
+        return [_as_elements(o, var.aval, prim) for o, var in zip(outs, eqn.outvars, strict=True)]
     if prim in _CALLS:
         closed = params[_CALLS[prim]]
         jaxpr, consts = (closed.jaxpr, closed.consts) if isinstance(closed, jex_core.ClosedJaxpr) else (closed, ())
@@ -321,6 +322,24 @@ def _cond(branches, ins, in_avals, lanes):
 # ---- structural primitives: they rearrange elements, no kernel operation
 
 
+def _as_elements(value, aval, prim) -> np.ndarray:
+    """A structural rule's result as what every other rule reads: an object
+    array of the output's shape. numpy hands back a bare element where an
+    index picks one out of an object array (`np.take(x, 0)` of a vector, `x[0]`),
+    and a rule on numeric values a numeric array: both are wrapped here, once
+    for every structural primitive."""
+    shape = tuple(aval.shape)
+    if not isinstance(value, np.ndarray):  # a bare element (a lane vector or a constant)
+        if shape != ():
+            raise RuntimeError(f"the lane rule of {prim.name} gave one element for shape {shape}")
+        return elements(value, ())
+    if value.dtype != object:
+        value = from_list([x for x in value.reshape(-1)], value.shape)
+    if value.shape != shape:
+        raise RuntimeError(f"the lane rule of {prim.name} gave shape {value.shape} for {shape}")
+    return value
+
+
 def _constant_indices(x, what):
     values = []
     for e in x.reshape(-1):
@@ -403,13 +422,15 @@ def _scatter_add(ins, avals, params, eqn):
     """operand.at[indices].add(update), with constant indices: each update
     element's destination is found by scattering it alone (as a one)."""
     operand, indices, update = ins
-    indices = jnp.asarray(_constant_indices(indices, "a scatter"))
+    indices = _constant_indices(indices, "a scatter")
     out = operand.copy().reshape(-1)
     dtype = avals[0].dtype
     for k in range(update.size):
+        # (Every array made in here: outside, under a trace, jnp.asarray gives a tracer.)
         with jax.ensure_compile_time_eval():
             one = jnp.zeros(update.size, dtype).at[k].set(1).reshape(update.shape)
-            hits = np.asarray(lax.scatter_add_p.bind(jnp.zeros(operand.shape, dtype), indices, one, **params))
+            hits = np.asarray(lax.scatter_add_p.bind(jnp.zeros(operand.shape, dtype), jnp.asarray(indices), one,
+                                                     **params))
         for position in np.flatnonzero(hits.reshape(-1)):
             out[position] = _bind(lax.add_p, {}, [out[position], update.reshape(-1)[k]], [dtype, dtype],
                                   _lanes_of([out[position], update.reshape(-1)[k]]))
@@ -443,6 +464,20 @@ def _iota(ins, avals, params, eqn):
     return from_list([x for x in values.reshape(-1)], shape)
 
 
+def _reshape(ins, avals, params, eqn):
+    x = ins[0]
+    if params.get("dimensions") is not None:  # lax.reshape(x, sizes, dimensions): transposed first
+        x = np.transpose(x, params["dimensions"])
+    return x.reshape(params["new_sizes"])
+
+
+def _unstack(ins, avals, params, eqn):
+    """lax.unstack (jnp.unstack; jax >= 0.11 traces `a, b = y` so): the slices
+    along the axis, each an object array (`[i, ...]`: 0-d for a vector's element)."""
+    x = np.moveaxis(ins[0], params["axis"], 0)
+    return [x[i, ...].copy() for i in range(x.shape[0])]
+
+
 def _split(ins, avals, params, eqn):
     bounds = np.cumsum(params["sizes"])[:-1]
     return [part.copy() for part in np.split(ins[0], bounds, axis=params["axis"])]
@@ -450,13 +485,11 @@ def _split(ins, avals, params, eqn):
 
 _STRUCTURAL = {
     lax.broadcast_in_dim_p: _broadcast_in_dim,
-    lax.reshape_p: lambda ins, avals, params, eqn: ins[0].reshape(params["new_sizes"]),
+    lax.reshape_p: _reshape,
     lax.squeeze_p: lambda ins, avals, params, eqn: ins[0].reshape(eqn.outvars[0].aval.shape),
     lax.concatenate_p: lambda ins, avals, params, eqn: np.concatenate(ins, axis=params["dimension"]),
     lax.stack_p: lambda ins, avals, params, eqn: np.stack(ins, axis=params["axis"]),
-    lax.unstack_p: lambda ins, avals, params, eqn: [
-        np.take(ins[0], i, axis=params["axis"]) for i in range(ins[0].shape[params["axis"]])
-    ],
+    lax.unstack_p: _unstack,
     lax.split_p: _split,
     lax.transpose_p: lambda ins, avals, params, eqn: np.transpose(ins[0], params["permutation"]).copy(),
     lax.rev_p: lambda ins, avals, params, eqn: np.flip(ins[0], params["dimensions"]).copy(),

@@ -68,6 +68,8 @@ def _in_kernel(fn, examples, name: str, lanes: int):
         missing = _cannot_lower(jax.make_jaxpr(on_lanes)(*lane).jaxpr)
     except Unfusable as error:
         return None, str(error)
+    except Exception as error:  # a failure of the check itself: the part runs outside, and says why
+        return None, f"tracing the {name} for the kernel {unexpected(error)}"
     if missing:
         return None, f"{name} would use {', '.join(missing)}, which the GPU kernel backend cannot lower"
     return function, None
@@ -265,6 +267,21 @@ class _Check(NamedTuple):
     outside: tuple[tuple[str, str], ...] = ()  # (part, why) of each part of its solve outside the kernel
 
 
+# Ends a reason that is an unexpected failure of the fused check (a bug of the
+# lane interpreter or a JAX it does not know yet), not a property of the study.
+PLEASE_REPORT = "(please report this)"
+
+
+def unexpected(error: Exception) -> str:
+    """The part of a reason naming an exception raised while checking a study
+    (its message's first line: a reason is said on one line)."""
+    lines = str(error).strip().splitlines()
+    message = lines[0] if lines else ""
+    if len(message) > 300:
+        message = message[:300] + "..."
+    return f"raised {type(error).__name__}: {message} {PLEASE_REPORT}"
+
+
 def _kernel_check(study) -> _Check:
     """Whether the study's hybrid system makes a fused kernel, and where its
     start and finish run.
@@ -280,9 +297,11 @@ def _kernel_check(study) -> _Check:
             body = _Body(study.solve_point, SolverSettings(), names, outputs, GPU_BLOCK)
             block = [jax.ShapeDtypeStruct((GPU_BLOCK,), dtype) for dtype in [jnp.int32] + body.input_dtypes]
             jaxpr = jax.make_jaxpr(body)(*block).jaxpr
+        missing = _cannot_lower(jaxpr)
     except Unfusable as error:
         return _Check(f"its hybrid system cannot be fused into one kernel: {error}")
-    missing = _cannot_lower(jaxpr)
+    except Exception as error:  # a failure of the check itself is a reason (the plan falls back), never a crash
+        return _Check(f"tracing it for the kernel {unexpected(error)}")
     if missing:
         return _Check(f"its hybrid system's kernel would use {', '.join(missing)}, which the GPU kernel backend "
                       "cannot lower")
