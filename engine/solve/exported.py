@@ -27,6 +27,7 @@ import jax
 from .._jax_setup import cache_dir
 from .._provenance import folder_digest, package_version, study_folder
 from .device import current_device
+from .kernel import ENV as KERNEL_BACKEND
 
 # Version of the key and the file format: a change invalidates every entry.
 FORMAT = 1
@@ -59,6 +60,9 @@ def program_key(study, settings, selected, plan, args) -> str | None:
         # What the batch function is made from; not the host's cores or the device's
         # memory, which would make processes with other allocations trace again.
         "plan": [plan.solver, plan.batch, plan.width, plan.device.platform],
+        # The fused solver's kernel backend as asked for (engine.solve.kernel):
+        # a program of one backend is never served for another.
+        "kernel": os.environ.get(KERNEL_BACKEND, "") if plan.solver == "fused" else "",
         "args": [str(tree)] + [[jax.tree_util.keystr(p), list(v.shape), str(v.dtype)] for p, v in leaves],
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

@@ -35,6 +35,7 @@ from ._lane_jaxpr import LaneFunction, Unfusable, lane_vector, read_leaves, subj
 from .base import BatchSolver, Plan, masked, safe_params
 from .device import Device
 from .hybrid import HybridPoint, Start
+from .kernel import choose as choose_kernel_backend
 from .settings import SolverSettings
 from .vmapped import POINT_BYTES as VMAPPED_POINT_BYTES
 from .vmapped import memory_batch
@@ -246,6 +247,9 @@ class FusedSolver(BatchSolver):
         block = kernel_block(plan.width)
         body = _Body(study.solve_point, settings, names, selected, block)
         interpret = not backend.compiles_for(plan.device.platform)
+        # The kernel backend (engine.solve.kernel: Pallas, or the body generated
+        # as C, one thread a point), chosen and built now: a failure falls back to Pallas.
+        choice = choose_kernel_backend(body, plan.device.platform)
 
         def run(params, count=None):
             safe, admitted = jax.vmap(lambda p: safe_params(study, dtype, p))(params)
@@ -255,10 +259,11 @@ class FusedSolver(BatchSolver):
             active = (jnp.arange(padded) < count).astype(jnp.int32)
             # Padding lanes repeat the last point (solved, never active).
             inputs = body.inputs({k: jnp.pad(v, (0, padded - n), mode="edge") for k, v in safe.items()})
-            out = backend.block_call(body, [active] + inputs, body.out_dtypes, block, interpret)
+            out = choice.backend.block_call(body, [active] + inputs, body.out_dtypes, block, interpret)
             result = body.results_of(out, safe, n)
             return jax.vmap(lambda r, ok: masked(study, dtype, selected, r, ok))(result, admitted)
 
+        run.kernel_backend = choice  # which backend runs the kernel, and why (benchmarks print it)
         return run
 
 

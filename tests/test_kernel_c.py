@@ -1,0 +1,384 @@
+"""The fused kernel generated as C (engine.solve.kernel), without a GPU.
+
+The generated source is the one the CUDA backend compiles; here it is built
+for the host (ROLLSWEEP_KERNEL_BACKEND=host) and run by the fused solver:
+against the rolling ball's closed forms (Gao Yunfeng 2021), the lanes solver
+point for point (status, events and steps identical), the serve landing map,
+bicycle_response and the outside models. Each semantic corner of the code
+generator (XLA's NaN rules, rounding, integer powers, selects, branches,
+loops, conversions) against jax on the same inputs, and its refusals. The
+CUDA compile check (NVRTC, needs no GPU) runs where cuda-python and NVRTC
+are installed (CI: .ci/run), and fails instead of skipping with
+ROLLSWEEP_REQUIRE_GPUCHECK=1.
+"""
+
+import os
+import shutil
+import sys
+from unittest import mock
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from test_fused_outside import RESPONSE_SETTINGS, _response_columns
+from test_outside_models import BLOCK, G, NATURAL, SETTINGS, _columns, impact_time
+
+from engine import SolverSettings, Status
+from engine._jax_setup import float64_here
+from engine.solve import evaluate, exported, make_plan
+from engine.solve.fused import _Body
+from engine.solve.kernel import ENV, choose, kernel_backend
+from engine.solve.kernel.c_source import KernelUnsupported, generate, literal
+from engine.solve.kernel.host import HostKernel
+from studies.bicycle import RESPONSE
+from studies.pingpong import STUDY as PINGPONG
+from studies.rebound import LANDING
+
+import pingpong_closed_form as cf
+from conftest import PINGPONG_DEFAULTS
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
+                                reason="no C compiler to build the generated kernel for the host")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _kernel_cache(tmp_path_factory):
+    """Compiled kernels in a folder of this test run's (not the user's cache)."""
+    with mock.patch.dict(os.environ, {"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("cache"))}):
+        yield
+
+
+def _solve(study, solver, columns, settings=None, batch=64):
+    """A batch solved; the fused solver's kernel by the host backend. The
+    batch function is built afresh (no program stored or cached by another
+    test with the Pallas backend: their keys do not name the backend)."""
+    settings = settings or SolverSettings()
+    env = {ENV: "host"} if solver == "fused" else {}
+    evaluate_module = sys.modules["engine.solve.evaluate"]
+    evaluate_module.compiled.cache_clear()
+    try:
+        with mock.patch.dict(os.environ, env), mock.patch.object(exported, "program", lambda make, key, args: make()):
+            return evaluate(study, settings, columns, plan=make_plan(study, solver=solver, batch=batch))
+    finally:
+        evaluate_module.compiled.cache_clear()
+
+
+def test_the_host_backend_is_chosen_when_asked():
+    choice = kernel_backend(PINGPONG, "cpu", request="host")
+    assert choice.name == "host", choice.why
+    assert kernel_backend(PINGPONG, "cpu").name == "pallas"  # the CPU default is unchanged
+    with mock.patch.dict(os.environ, {ENV: "nonsense"}), pytest.raises(ValueError, match=ENV):
+        kernel_backend(PINGPONG, "cpu")
+
+
+# ---- the studies, solved by the generated kernel
+
+
+@pytest.fixture(scope="module")
+def ball():
+    rng = np.random.default_rng(0)
+    n = 48
+    columns = {k: np.full(n, v) for k, v in PINGPONG_DEFAULTS.items()}
+    columns["spin_ratio"] = rng.uniform(0.0, 3.0, n)
+    columns["drag"] = rng.uniform(0.0, 2.0, n)
+    columns["rolling_resistance"] = rng.uniform(2e-5, 1e-3, n)
+    return columns, {s: _solve(PINGPONG, s, columns) for s in ("fused", "lanes")}
+
+
+@pytest.mark.parametrize("output, closed_form", [
+    ("final_displacement", cf.final_displacement), ("slide_end_time", cf.slide_end_time),
+    ("stop_time", cf.stop_time), ("roll_start_speed", cf.roll_start_speed),
+])
+def test_rolling_ball_matches_closed_forms(ball, output, closed_form):
+    columns, results = ball
+    result = results["fused"]
+    np.testing.assert_array_equal(result.status, Status.SUCCESS)
+    points = [{k: columns[k][i] for k in PINGPONG_DEFAULTS} for i in range(len(result.status))]
+    expected = np.array([closed_form(p) for p in points])
+    # The solver's accuracy (rtol 1e-10 by default), as the Pallas kernel's test asks.
+    np.testing.assert_allclose(result.outputs[output], expected, rtol=0, atol=1e-9)
+
+
+def test_rolling_ball_is_the_lanes_solve(ball):
+    """The same steps, events and status point for point; outputs to rounding."""
+    _, results = ball
+    fused, lanes = results["fused"], results["lanes"]
+    np.testing.assert_array_equal(fused.status, lanes.status)
+    np.testing.assert_array_equal(fused.num_events, lanes.num_events)
+    np.testing.assert_array_equal(fused.num_steps, lanes.num_steps)
+    for name, values in fused.outputs.items():
+        np.testing.assert_allclose(values, lanes.outputs[name], rtol=1e-12, atol=1e-14, err_msg=name)
+
+
+def test_serve_landing_agrees_with_the_lanes():
+    rng = np.random.default_rng(1)
+    n = 32
+    columns = {p.name: np.full(n, p.default) for p in LANDING.parameters}
+    columns["launch_speed"] = rng.uniform(3.0, 25.0, n)
+    columns["elevation"] = rng.uniform(-10.0, 40.0, n)
+    columns["topspin"] = rng.uniform(-300.0, 300.0, n)
+    fused, lanes = (_solve(LANDING, s, columns, batch=32) for s in ("fused", "lanes"))
+    assert len(set(lanes.outputs["outcome"][lanes.status == Status.SUCCESS])) >= 3
+    np.testing.assert_array_equal(fused.status, lanes.status)
+    np.testing.assert_array_equal(fused.num_events, lanes.num_events)
+    np.testing.assert_array_equal(fused.outputs["outcome"], lanes.outputs["outcome"])
+    for name, values in fused.outputs.items():
+        np.testing.assert_allclose(values, lanes.outputs[name], rtol=0, atol=1e-9, err_msg=name)
+
+
+def test_bicycle_response_agrees_with_the_lanes():
+    """Its start and finish run outside the kernel (XLA), the system inside.
+    Status and events as the lanes'; steps and outputs to the solver's
+    accuracy: at 20 m/s (665 steps) the C build takes 2 steps more than XLA
+    (libm's arithmetic is not XLA:CPU's to the last bit: its pow, its flushing
+    of subnormals), which the Pallas kernel, being XLA, does not."""
+    columns = _response_columns()
+    fused, lanes = (_solve(RESPONSE, s, columns, RESPONSE_SETTINGS, batch=16) for s in ("fused", "lanes"))
+    np.testing.assert_array_equal(fused.status, Status.SUCCESS)
+    np.testing.assert_array_equal(fused.status, lanes.status)
+    np.testing.assert_array_equal(fused.num_events, lanes.num_events)
+    np.testing.assert_allclose(fused.num_steps, lanes.num_steps, rtol=0.01)
+    for name, values in fused.outputs.items():
+        np.testing.assert_allclose(values, lanes.outputs[name], rtol=0, atol=1e-9, err_msg=name)
+
+
+def test_bouncing_ball_many_impacts():
+    restitution = np.array([0.95, 0.97, 0.9])
+    result = _solve(NATURAL, "fused", _columns(NATURAL, restitution=restitution, bounces=120.0), SETTINGS)
+    np.testing.assert_array_equal(result.status, Status.SUCCESS)
+    np.testing.assert_array_equal(result.num_events, 120)
+    expected = [impact_time(1.0, 0.0, e, 120) for e in restitution]
+    np.testing.assert_allclose(result.outputs["last_impact"], expected, rtol=0, atol=1e-9)
+
+
+def test_block_slides_to_rest_and_sticks():
+    speed = np.array([0.5, 2.0, 5.0, 9.0])
+    friction = np.array([0.1, 0.4, 1.0, 2.0])
+    result = _solve(BLOCK, "fused", _columns(BLOCK, speed=speed, friction=friction), SETTINGS)
+    np.testing.assert_array_equal(result.status, Status.SUCCESS)
+    np.testing.assert_array_equal(result.num_events, 1)
+    np.testing.assert_allclose(result.outputs["stop_time"], speed / (friction * G), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(result.outputs["position"], speed**2 / (2 * friction * G), rtol=0, atol=1e-9)
+
+
+def test_event_condition_at_the_segment_start():
+    """Launched from the ground: the root at t = 0 is not an impact; launched
+    downward the ball never crosses, and the horizon ends it unfound."""
+    speeds = np.array([1.0, 3.0, 7.0])
+    result = _solve(NATURAL, "fused", _columns(NATURAL, height=0.0, speed=speeds, bounces=3.0), SETTINGS)
+    np.testing.assert_array_equal(result.status, Status.SUCCESS)
+    np.testing.assert_allclose(result.outputs["last_impact"], [impact_time(0.0, v, 0.8, 3) for v in speeds],
+                               rtol=0, atol=1e-9)
+    down = _solve(NATURAL, "fused", _columns(NATURAL, height=0.0, speed=-1.0, bounces=3.0), SolverSettings(t_max=1.0))
+    assert down.status[0] == Status.EVENT_NOT_FOUND and np.isnan(down.outputs["last_impact"][0])
+
+
+def test_outside_model_agrees_with_the_lanes():
+    columns = _columns(NATURAL, height=np.linspace(0.1, 4.0, 40), restitution=np.linspace(0.2, 0.9, 40), bounces=6.0)
+    fused, lanes = (_solve(NATURAL, s, columns, SETTINGS, batch=32) for s in ("fused", "lanes"))
+    np.testing.assert_array_equal(fused.status, lanes.status)
+    np.testing.assert_array_equal(fused.num_events, lanes.num_events)
+    np.testing.assert_array_equal(fused.num_steps, lanes.num_steps)
+    np.testing.assert_allclose(fused.outputs["last_impact"], lanes.outputs["last_impact"], rtol=1e-13, atol=0)
+
+
+# ---- the code generator's semantics, against jax on the same inputs
+
+
+def _host(fn, in_dtypes, out_dtypes):
+    return HostKernel(generate(fn, in_dtypes, out_dtypes))
+
+
+def _reference(fn, columns):
+    """fn point by point, each point a one-lane vector (as the kernel sees it)."""
+    with float64_here():
+        jitted = jax.jit(fn)
+        outs = [jitted(*[jnp.asarray(c[i:i + 1]) for c in columns]) for i in range(len(columns[0]))]
+    return [np.concatenate([np.asarray(o[k]) for o in outs]) for k in range(len(outs[0]))]
+
+
+def _same(fn, columns, out_dtypes):
+    """The host-compiled fn equals jax's fn bit for bit (NaNs where jax has NaNs)."""
+    columns = [np.asarray(c) for c in columns]
+    got = _host(fn, [c.dtype for c in columns], out_dtypes).run_numpy(*columns)
+    want = _reference(fn, columns)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype
+        if np.issubdtype(g.dtype, np.floating):
+            np.testing.assert_array_equal(np.signbit(g[~np.isnan(w)]), np.signbit(w[~np.isnan(w)]))
+        np.testing.assert_array_equal(g, w)
+
+
+# No subnormals: XLA:CPU flushes them to zero, the generated C (like XLA on a GPU) keeps them.
+SPECIAL = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 3.5, -0.5, 0.5, 1e300, -1e-300,
+                    2147483647.5, -2147483648.7, 4e9, 1.5e19, -9.3e18])
+
+
+def test_max_min_propagate_nan_and_order_zeros():
+    a = np.repeat(SPECIAL, SPECIAL.size)
+    b = np.tile(SPECIAL, SPECIAL.size)
+    _same(lambda x, y: (lax.max(x, y), lax.min(x, y), lax.clamp(jnp.float64(-1.0), x, jnp.float64(2.0)),
+                        jnp.sign(x)), [a, b], [np.float64] * 4)
+
+
+def test_round_modes_floor_ceil():
+    _same(lambda x: (lax.round(x, lax.RoundingMethod.AWAY_FROM_ZERO), lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN),
+                     jnp.floor(x), jnp.ceil(x)), [SPECIAL], [np.float64] * 4)
+
+
+def test_integer_pow_as_xla():
+    x = np.array([0.3, -1.7, 2.0, 1e-3, -0.0, 1e100, 3.3, np.nan])
+    _same(lambda x: tuple(lax.integer_pow(x, y) for y in (0, 1, 2, 3, 5, 7, 13, -1, -2, -3, -7)), [x],
+          [np.float64] * 11)
+    n = np.array([0, 1, -3, 7, 1000], np.int32)
+    _same(lambda n: (lax.integer_pow(n, 3), lax.integer_pow(n, 5)), [n], [np.int32] * 2)
+
+
+def test_float_to_int_conversion_saturates():
+    """NaN -> 0, out of range -> the nearest end (XLA:CPU's conversion)."""
+    _same(lambda x: (x.astype(jnp.int32), x.astype(jnp.int64), x.astype(jnp.uint32), x.astype(jnp.int8),
+                     x.astype(bool).astype(jnp.int32), x.astype(jnp.float32).astype(jnp.float64)),
+          [SPECIAL], [np.int32, np.int64, np.uint32, np.int8, np.int32, np.float64])
+
+
+def test_integer_and_boolean_operations():
+    a = np.array([7, -7, 0, 5, -2147483647 - 1, 2147483647, 3, -1], np.int32)
+    b = np.array([2, 0, 3, -1, -1, 1, 40, -5], np.int32)
+
+    def f(a, b):
+        return (lax.div(a, b), lax.rem(a, b), a + b, a * b, -a, jnp.abs(a), a & b, a | b, a ^ b,
+                ~a, lax.shift_left(a, b), lax.shift_right_arithmetic(a, b), lax.shift_right_logical(a, b),
+                lax.max(a, b), jnp.sign(a), ((a > 0) & ~(b > 0) | (a == b) ^ (b < 0)).astype(jnp.int32))
+
+    _same(f, [a, b], [np.int32] * 16)
+
+
+def test_float_functions():
+    x = np.array([0.1, 0.5, 1.5, 2.0, 10.0, 0.0, -0.3, np.inf, np.nan])
+    y = np.array([1.0, -2.0, 0.3, 7.0, 0.1, -0.0, 2.0, 1.0, 1.0])
+    same_everywhere = lambda x, y: (x + y, x - y, x * y, x / y, lax.rem(x, y), jnp.sqrt(x), jnp.abs(x),
+                                    jnp.isfinite(x).astype(jnp.int32), jnp.square(x), lax.nextafter(x, y),
+                                    (x < y).astype(jnp.int32), (x != y).astype(jnp.int32))
+    _same(same_everywhere, [x, y], [np.float64] * 7 + [np.int32, np.float64, np.float64, np.int32, np.int32])
+    # libm against XLA's own approximations (rsqrt included: XLA's is not 1/sqrt): to a few units in the last place
+    fns = lambda x, y: (lax.rsqrt(x), jnp.exp(x), jnp.log(x), jnp.sin(x), jnp.cos(x), jnp.tan(x), jnp.arctan2(x, y), jnp.tanh(x),
+                        jnp.expm1(x), jnp.log1p(x), jnp.power(x, y), jnp.cbrt(x), jax.nn.sigmoid(x))
+    finite = np.isfinite(x)
+    got = _host(fns, [np.float64] * 2, [np.float64] * 13).run_numpy(x[finite], y[finite])
+    want = _reference(fns, [x[finite], y[finite]])
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-14, atol=1e-300)
+
+
+def test_select_n_with_three_cases():
+    which = np.array([0, 1, 2, 1, 0], np.int32)
+    x = np.array([1.0, 2.0, 3.0, np.nan, -0.0])
+    _same(lambda w, x: (lax.select_n(w, x, 2 * x, -x), lax.select_n(w > 0, x, x + 1)), [which, x],
+          [np.float64] * 2)
+
+
+def test_cond_with_three_branches():
+    which = np.array([0, 1, 2, 5, -1], np.int32)
+    x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+
+    def f(w, x):
+        return lax.switch(w[0], [lambda x: (x + 1, w), lambda x: (x * 10, w + 1), lambda x: (-x, w * 3)], x)
+
+    _same(f, [which, x], [np.float64, np.int32])
+
+
+def test_any_lane_cond_is_a_branch():
+    """The kernel's own predicate (jnp.max of a mask over the lanes) is the
+    point's own mask with one lane: each point takes its own branch."""
+    x = np.array([-1.0, 2.0, -3.0, 4.0])
+
+    def f(x):
+        return lax.cond(jnp.max((x > 0).astype(jnp.int32)) > 0, lambda x: jnp.sqrt(x), lambda x: x * x, x)
+
+    _same(lambda x: (f(x),), [x], [np.float64])
+
+
+def test_while_with_carried_ints_and_bools():
+    """Newton's iteration for sqrt(a), counting its steps, with a boolean `done`
+    carried and a body that swaps two carried values."""
+    a = np.array([2.0, 9.0, 1e-6, 1e6, 0.5])
+
+    def f(a):
+        def cond(c):
+            x, prev, k, done, s0, s1 = c
+            return jnp.max((~done).astype(jnp.int32)) > 0
+
+        def body(c):
+            x, prev, k, done, s0, s1 = c
+            new = 0.5 * (x + a / x)
+            return new, x, k + 1, done | (jnp.abs(new - x) <= 1e-15 * new) | (k >= 60), s1, s0
+
+        x, prev, k, done, s0, s1 = lax.while_loop(cond, body, (a, a, jnp.zeros_like(a, jnp.int32),
+                                                               jnp.zeros_like(a, bool), a, -a))
+        return x, k, done.astype(jnp.int32), s0
+
+    _same(f, [a], [np.float64, np.int32, np.int32, np.float64])
+
+
+def test_literals_are_exact():
+    assert literal(np.pi, np.float64) == "0x1.921fb54442d18p+1"
+    assert literal(-0.0, np.float64) == "(-0x0.0p+0)"
+    assert literal(np.nan, np.float64).startswith("rs_f64_bits(0x7ff8")
+    assert literal(-2**31, np.int32) == "((int32_t)(-2147483647LL - 1))"
+    x = np.array([1.0, -2.0])
+    _same(lambda x: (x * np.pi + np.float64(1e-300), x + jnp.inf, x * np.float32(0.1).astype(np.float64)),
+          [x], [np.float64] * 3)
+
+
+# ---- refusals
+
+
+def test_an_unsupported_primitive_is_refused_naming_it():
+    with pytest.raises(KernelUnsupported, match="erf_inv"):
+        generate(lambda x: (lax.erf_inv(x),), [np.float64], [np.float64])
+    with pytest.raises(KernelUnsupported, match=r"shape \(3"):
+        generate(lambda x: (jnp.sum(jnp.stack([x, x, x])),), [np.float64], [np.float64])
+
+
+def test_a_body_that_does_not_generate_falls_back_to_pallas():
+    class Body:  # a kernel body as the seam sees one
+        input_dtypes = [jnp.dtype(np.float64)]
+        out_dtypes = [jnp.dtype(np.float64)]
+
+        def __call__(self, active, x):
+            return [lax.erf_inv(x)]
+
+    choice = choose(Body(), "cpu", request="host")
+    assert choice.name == "pallas" and "erf_inv" in choice.why
+    assert choose(Body(), "cpu", request="cuda").name == "pallas"  # no GPU here
+
+
+# ---- the CUDA source through NVRTC (no GPU needed)
+
+
+def _nvrtc_or_skip():
+    try:
+        from engine.solve.kernel.cuda import _nvrtc
+
+        _nvrtc().nvrtcVersion()
+    except Exception as error:  # ImportError, or the NVRTC library not found
+        if os.environ.get("ROLLSWEEP_REQUIRE_GPUCHECK") == "1":
+            pytest.fail(f"ROLLSWEEP_REQUIRE_GPUCHECK=1 but NVRTC is not usable: {type(error).__name__}: {error}")
+        pytest.skip(f"cuda-python (cuda.bindings) with NVRTC is not installed: {type(error).__name__}: {error}")
+
+
+@pytest.mark.parametrize("study, settings", [
+    (PINGPONG, SolverSettings()), (LANDING, SolverSettings()), (RESPONSE, RESPONSE_SETTINGS), (NATURAL, SETTINGS),
+], ids=lambda s: getattr(s, "name", ""))
+def test_cuda_source_compiles_with_nvrtc(study, settings):
+    _nvrtc_or_skip()
+    from engine.solve.kernel.cuda import compile_cubin
+
+    with float64_here():
+        body = _Body(study.solve_point, settings, [p.name for p in study.parameters],
+                     tuple(o.name for o in study.outputs), 1)
+    source = generate(body, [np.int32] + list(body.input_dtypes), body.out_dtypes)
+    cubin = compile_cubin(source, "sm_90")
+    assert cubin[:4] == b"\x7fELF"
