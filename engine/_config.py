@@ -29,8 +29,12 @@ MAX_AXIS_LENGTH = 10_000_000  # an axis is held in memory when the sweep is read
 # points bound keeps one output array within what a disk holds (8e10 bytes).
 MAX_POINTS = 10_000_000_000
 MAX_SHARDS = 1_000_000
-# Points per shard when neither the sweep nor the study says.
+# Points per shard at least, when neither the sweep nor the study says.
 SHARD_SIZE = 4096
+# A sweep that sets no shard_size is cut into about this many shards, each at
+# least SHARD_SIZE points (or the study's batch) and at most MAX_DEFAULT_SHARD.
+SHARDS_PER_SWEEP = 64
+MAX_DEFAULT_SHARD = 1 << 20
 # Step and segment counters are int32 on the device; far below that, a point that
 # needs more than this many steps per segment is better given looser tolerances.
 MAX_STEPS = 10_000_000
@@ -239,19 +243,25 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
 
 
 def default_shard_size(study, shape: tuple[int, ...]) -> int:
-    """Points per shard when the sweep does not say: one compiled call of the
-    study's batch where it declares one, else SHARD_SIZE.
+    """Points per shard when the sweep does not say: a SHARDS_PER_SWEEP-th of
+    the grid (a power of two), at least one compiled call of the study's batch
+    where it declares one, else SHARD_SIZE, and at most MAX_DEFAULT_SHARD.
 
     A study declares a small batch because its points are costly (the hoop:
     64), and then shards of one call each keep every core busy on a grid of a
     few hundred points (the hoop's 13 x 9 shapes, 2 cores: one shard of
     SHARD_SIZE points ran on one core, 92 points/s; two of 63 and 54 points on
-    both, 135); a cheap study's large batch makes large shards. It depends on
-    the sweep and the study alone, never on the machine: a store made on one
-    machine resumes on another with the same shards. Doubled while the grid
-    would have more than MAX_SHARDS shards.
+    both, 135). A large grid of cheap points gets large shards: every shard is
+    a chunk file per array and a done marker, and on a 2-core machine creating
+    a file costs ~0.9 ms, as much as solving thousands of such points (runs
+    solve shards together in tasks, engine._tasks, but write them one file
+    each). It depends on the sweep and the study alone, never on the machine:
+    a store made on one machine resumes on another with the same shards.
+    Doubled while the grid would have more than MAX_SHARDS shards.
     """
-    size = study.batch_size or SHARD_SIZE
+    smallest = study.batch_size or SHARD_SIZE
+    share = math.prod(shape) // SHARDS_PER_SWEEP
+    size = max(smallest, min(MAX_DEFAULT_SHARD, 1 << max(0, share.bit_length() - 1)))
     while Layout(shape, chunk_shape(shape, size)).n_shards > MAX_SHARDS:
         size *= 2
     return size

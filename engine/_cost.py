@@ -6,6 +6,7 @@ import math
 from ._allocation import memory_bytes
 from ._config import ConfigError, Sweep
 from ._layout import Layout, chunk_shape
+from ._tasks import task_points
 from .solve.base import Plan
 from .solve.plan import make_plan, solver_of
 
@@ -21,7 +22,8 @@ class Cost:
     points: int
     shards: int
     shard_points: int
-    shard_bytes: int
+    shard_bytes: int  # memory of one task in flight (its shards' arrays and its calls), at least one shard's
+    task_points: int  # points a task aims at (engine._tasks)
     critical_points: int
     critical_shards: int
     memory_budget: int
@@ -32,7 +34,8 @@ class Cost:
         lines = [
             f"grid points      {self.points:,}",
             f"shards           {self.shards:,} of up to {self.shard_points:,} points",
-            f"memory per shard {self.shard_bytes / 2**20:,.1f} MiB "
+            f"tasks            of up to {self.task_points:,} points (shards solved together)",
+            f"memory per task  {self.shard_bytes / 2**20:,.1f} MiB "
             f"(budget {self.memory_budget / 2**20:,.0f} MiB per worker)",
         ]
         if self.critical_points:
@@ -60,19 +63,24 @@ def plan_for(sweep: Sweep) -> Plan:
     return make_plan(sweep.study, batch=sweep.batch_size, points=math.prod(sweep.shape))
 
 
-def estimate(sweep: Sweep, workers: int = 1) -> Cost:
+def estimate(sweep: Sweep, workers: int = 1, plan: Plan | None = None) -> Cost:
+    """`workers`: tasks in flight at once; `plan`: the run's (made here where not given)."""
     grid, critical = layouts(sweep)
-    plan = plan_for(sweep)
+    plan = plan or plan_for(sweep)
     call_bytes = solver_of(plan).working_bytes(plan)
     n_values = sum(math.prod(sweep.study.outputs_by_name[n].shape) for n in sweep.outputs) + len(sweep.axes) + 3
     shard_points = math.prod(grid.chunks)
-    shard_bytes = shard_points * n_values * 8 * _COPIES + call_bytes
+    aim = task_points(plan, grid.n_points, workers)
+    # A task holds whole shards: at most its aim and one shard less, or one shard.
+    held = max(shard_points, min(grid.n_points, aim + shard_points - 1))
+    shard_bytes = held * n_values * 8 * _COPIES + call_bytes
     budget = memory_bytes() // (2 * max(1, workers))
     return Cost(
         points=grid.n_points,
         shards=grid.n_shards,
         shard_points=shard_points,
         shard_bytes=shard_bytes,
+        task_points=aim,
         critical_points=critical.n_points if critical else 0,
         critical_shards=critical.n_shards if critical else 0,
         memory_budget=budget,
@@ -81,16 +89,16 @@ def estimate(sweep: Sweep, workers: int = 1) -> Cost:
     )
 
 
-def fits_in_memory(sweep: Sweep, workers: int) -> bool:
-    """Whether `workers` of the sweep's shards at a time fit the host memory budget."""
-    cost = estimate(sweep, workers)
+def fits_in_memory(sweep: Sweep, workers: int, plan: Plan | None = None) -> bool:
+    """Whether `workers` of the sweep's tasks at a time fit the host memory budget."""
+    cost = estimate(sweep, workers, plan)
     return cost.shard_bytes <= cost.memory_budget
 
 
-def check_memory(sweep: Sweep, workers: int = 1) -> Cost:
-    """Refuse a sweep whose shards (`workers` of them at once) would not fit in
+def check_memory(sweep: Sweep, workers: int = 1, plan: Plan | None = None) -> Cost:
+    """Refuse a sweep whose tasks (`workers` of them at once) would not fit in
     host memory, or whose compiled calls would not fit in the accelerator's."""
-    cost = estimate(sweep, workers)
+    cost = estimate(sweep, workers, plan)
     memory = cost.device_memory
     if memory is not None and cost.call_bytes * workers > memory:
         raise ConfigError(

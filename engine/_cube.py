@@ -26,7 +26,7 @@ import zarr.codecs
 
 from ._aio import sync
 from ._config import Sweep, check_out
-from ._cost import layouts
+from ._cost import layouts, plan_for
 from ._lock import StoreError, acquire, release
 from ._provenance import provenance, study_fingerprint
 from ._status import status_attrs
@@ -80,9 +80,9 @@ def _placeholder(shape, fill, dtype="float64"):
     return da.full(shape, fill, dtype=dtype, chunks=shape or -1, name=name)
 
 
-def structure(sweep: Sweep) -> tuple[xr.Dataset, dict]:
+def structure(sweep: Sweep, plan) -> tuple[xr.Dataset, dict]:
     """The empty cube as a lazy Dataset (coordinates, variables, attributes),
-    and each variable's zarr chunks."""
+    and each variable's zarr chunks; `plan`: the run's (for its provenance)."""
     study = sweep.study
     grid, critical = layouts(sweep)
     dims = sweep.axis_names
@@ -132,7 +132,7 @@ def structure(sweep: Sweep) -> tuple[xr.Dataset, dict]:
     ds = xr.Dataset(data, coords=coords)
     for name, p in sweep.parameters.items():
         ds.attrs[f"parameter.{name}"] = p
-    ds.attrs.update(provenance(sweep))
+    ds.attrs.update(provenance(sweep, plan))
     ds.attrs["store_format"] = STORE_FORMAT
     return ds, chunks
 
@@ -158,10 +158,10 @@ def _encoding(ds: xr.Dataset, chunks: dict) -> dict:
     return encoding
 
 
-def create(sweep: Sweep, path: pathlib.Path) -> None:
+def create(sweep: Sweep, path: pathlib.Path, plan) -> None:
     """Write the empty cube at `path`, all or nothing."""
     path = pathlib.Path(path)
-    ds, chunks = structure(sweep)
+    ds, chunks = structure(sweep, plan)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
         with _quiet_zarr():
@@ -178,37 +178,38 @@ def create(sweep: Sweep, path: pathlib.Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def prepare(sweep: Sweep, path, overwrite: bool = False) -> str:
+def prepare(sweep: Sweep, path, overwrite: bool = False, plan=None) -> str:
     """Own the store, then create it, or check that an existing one belongs to this
     config and drop the done markers of shards whose data is damaged.
 
     Ownership (`locked`) is taken before anything is created or replaced and is
     kept by this process: the `locked(path)` block that follows (the run) takes
-    it over and releases it at its end. Returns "created" or "resumed".
+    it over and releases it at its end. `plan`: the run's (made here where not
+    given: a submission, which solves nothing here). Returns "created" or "resumed".
     """
     path = pathlib.Path(path)
     check_out(path, sweep.file, "run.out")
     path.parent.mkdir(parents=True, exist_ok=True)
     took = acquire(path, handover=True)
     try:
-        return _prepare_owned(sweep, path, overwrite)
+        return _prepare_owned(sweep, path, overwrite, plan or plan_for(sweep))
     except BaseException:
         if took:  # refused or interrupted: the run that would take it over never starts
             release(path)
         raise
 
 
-def _prepare_owned(sweep: Sweep, path: pathlib.Path, overwrite: bool) -> str:
+def _prepare_owned(sweep: Sweep, path: pathlib.Path, overwrite: bool, plan) -> str:
     _remove_leftovers(path)
     if not path.exists():
-        create(sweep, path)
+        create(sweep, path, plan)
         return "created"
     attrs = read_attrs(path)
     found = attrs.get("config_hash")
     if found is None:
         raise StoreError(f"{path}: exists and is not a rollsweep cube; choose another --out")
     if overwrite:  # afresh, whatever the store holds: the way to solve every point again
-        create(sweep, path)
+        create(sweep, path, plan)
         return "created"
     if found != sweep.config_hash:
         raise StoreError(
@@ -312,29 +313,39 @@ def digest(values: np.ndarray) -> str:
     return f"{zlib.crc32(memoryview(values).cast('B')):08x}"  # the bytes in place, not a copy
 
 
-def write_region(path, region: tuple[slice, ...], values: dict) -> dict[str, str]:
-    """Write one shard's arrays (name -> array shaped like the region); return
-    their checksums (name -> digest) for the shard's done marker.
+def write_regions(path, regions) -> list[dict[str, str]]:
+    """Write shards' arrays: `regions` is a list of (region, values), values
+    mapping names to arrays shaped like the region. Returns each shard's
+    checksums (name -> digest) for its done marker.
 
-    All arrays at once on zarr's event loop: written one after another, each
-    write waits for its own round trip (1.8 ms per array on a 2-core machine,
-    most of a cheap study's shard time)."""
+    All arrays of all the shards at once on zarr's event loop: written one
+    after another, each write waits for its own round trip (1.8 ms per array on
+    a 2-core machine, most of a cheap study's shard time)."""
+    names = list(dict.fromkeys(name for _, values in regions for name in values))
     with _quiet_zarr():
-        arrays = sync(_opened_arrays(path, list(values)))
-    values = {name: np.asarray(array, dtype=arrays[name].dtype) for name, array in values.items()}  # as read back
-    # Checksums here, on the shard's thread: on the loop's thread, every shard's
-    # waited in one queue.
-    digests = {name: digest(array) for name, array in values.items()}
+        arrays = sync(_opened_arrays(path, names))
+    # As read back; checksums here, on the task's thread: on the loop's thread,
+    # every task's waited in one queue.
+    regions = [(region, {name: np.asarray(array, dtype=arrays[name].dtype) for name, array in values.items()})
+               for region, values in regions]
+    digests = [{name: digest(array) for name, array in values.items()} for _, values in regions]
 
-    async def write(name, array):
+    async def write(region, name, array):
         target = arrays[name]
         await target.setitem(region + (slice(None),) * (target.ndim - len(region)), array)
 
     async def write_all():
-        await asyncio.gather(*(write(name, array) for name, array in values.items()))
+        await asyncio.gather(*(write(region, name, array) for region, values in regions
+                               for name, array in values.items()))
 
     with _quiet_zarr():
         sync(write_all())
+    return digests
+
+
+def write_region(path, region: tuple[slice, ...], values: dict) -> dict[str, str]:
+    """Write one shard's arrays (see write_regions); return their checksums."""
+    (digests,) = write_regions(path, [(region, values)])
     return digests
 
 

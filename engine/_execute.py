@@ -1,14 +1,16 @@
 """Running a sweep: prepare the store, schedule pending shards, show progress.
 
-Executors: "inline" (this process, `workers` shards at a time on threads),
+Executors: "inline" (this process, `workers` tasks at a time on threads),
 "local" (an embedded dask LocalCluster, worker processes sized to the machine)
-or an existing dask scheduler. One task is one shard.
+or an existing dask scheduler. One dask task is one task of shards
+(engine._tasks): contiguous pending shards adding up to about one compiled
+call of the plan, made once per run (and once per worker process) from the
+sweep and the device.
 """
 
 import concurrent.futures
 import contextlib
 import dataclasses
-import functools
 import itertools
 import logging
 import os
@@ -18,12 +20,14 @@ import time
 from tqdm.auto import tqdm
 
 from . import _cost
-from ._config import ConfigError, Sweep, parse_sweep
-from ._cost import check_memory, layouts
+from ._config import ConfigError, Sweep
+from ._cost import check_memory, layouts, plan_for
 from ._cube import CRITICAL, GRID, done_shards, prepare, slurm_folder
 from ._jax_setup import SINGLE_THREAD_XLA, check_device, configure, task_settings
 from ._lock import locked
-from ._shard import RUNNERS, record_failure, run_or_record
+from ._shard import record_failure, run_or_record
+from ._tasks import Task, group, task_points
+from .solve.base import Plan
 from .solve.device import detect as detect_device
 from .solve.device import local_devices
 
@@ -91,7 +95,7 @@ class RunReport:
         return self.solved / self.seconds if self.seconds > 0 else float("nan")
 
 
-def pending_tasks(sweep: Sweep, path) -> list[tuple[str, int, int]]:
+def pending_shards(sweep: Sweep, path) -> list[tuple[str, int, int]]:
     """(kind, shard, points) of every shard without a done marker, grid first."""
     grid, critical = layouts(sweep)
     tasks = []
@@ -115,38 +119,35 @@ THREADS_PER_CORE = 2
 ACCELERATOR_THREADS = 2
 
 
-def default_workers(executor: str, sweep: Sweep | None = None) -> int:
+def default_workers(executor: str, sweep: Sweep | None = None, plan: Plan | None = None) -> int:
     """Inline: THREADS_PER_CORE threads per core (ACCELERATOR_THREADS per
-    accelerator device), or one per core where `sweep`'s shards would not fit in
+    accelerator device), or one per core where `sweep`'s tasks would not fit in
     memory that many at a time; at least one per device. Local cluster: one worker
-    process per device, which runs a shard per core on threads. A compiled call
+    process per device, which runs a task per core on threads. A compiled call
     releases the GIL, so threads of one process keep the cores busy and share one
     compiled program; each further process starts, imports and loads the program
     again. Measured on 2 cores, 300k-point pingpong sweep: one process with 1
-    thread 26k points/s, with 2 threads 42k points/s."""
+    thread 26k points/s, with 2 threads 42k points/s. `plan`: the sweep's (made
+    here where not given)."""
     if executor not in ("inline", "local"):
         return 1
-    device = _solving_device(sweep)
+    if sweep is not None and plan is None:
+        plan = plan_for(sweep)
+    device = plan.device if plan is not None else detect_device()
     if executor == "local":
         return device.count
     if device.accelerator:
         return ACCELERATOR_THREADS * device.count
     threads = THREADS_PER_CORE * device.cores
-    if sweep is not None and not _cost.fits_in_memory(sweep, threads):
-        threads = device.cores  # large shards: the extra threads would only cost memory
+    if sweep is not None and not _cost.fits_in_memory(sweep, threads, plan):
+        threads = device.cores  # large tasks: the extra threads would only cost memory
     return max(threads, device.count)  # at least a thread per device (CPU devices forced by XLA_FLAGS)
 
 
-def _solving_device(sweep: Sweep | None):
-    """The device the sweep's shards solve on (its plan's: on a GPU machine, the
-    CPU for a small vmapped sweep); without a sweep, JAX's default backend's."""
-    return _cost.plan_for(sweep).device if sweep is not None else detect_device()
-
-
-def worker_threads(workers: int, sweep: Sweep | None = None) -> int:
+def worker_threads(workers: int, plan: Plan | None = None) -> int:
     """Threads of each local worker process: the cores shared out (on an
     accelerator, ACCELERATOR_THREADS: its calls share the one device)."""
-    device = _solving_device(sweep)
+    device = plan.device if plan is not None else detect_device()
     if device.accelerator:
         return ACCELERATOR_THREADS
     return max(1, device.cores // workers)
@@ -198,22 +199,35 @@ def _worker_device():
     return devices[name % len(devices)]
 
 
-def in_flight(executor: str, workers: int, sweep: Sweep | None = None) -> int:
-    """Shards solved at once (each needs its memory at the same time)."""
-    return workers * worker_threads(workers, sweep) if executor == "local" else workers
+def in_flight(executor: str, workers: int, plan: Plan | None = None) -> int:
+    """Tasks solved at once (each needs its memory at the same time)."""
+    return workers * worker_threads(workers, plan) if executor == "local" else workers
 
 
-@functools.lru_cache(maxsize=4)
-def _worker_sweep(text: str, file: str, out: str) -> Sweep:
-    return parse_sweep(text, file=file, out=out)
+# The plan of each sweep a worker process solves, made at its first task there:
+# one plan per solving process, from the worker's own device.
+_WORKER_PLANS: dict[str, Plan] = {}
 
 
-def solve_shard(text: str, file: str, out: str, kind: str, shard: int) -> dict:
-    """The dask task. The worker may be another user's (an existing cluster): its
-    JAX settings are changed for this task's thread only while it runs."""
+def _worker_plan(sweep: Sweep) -> Plan:
+    plan = _WORKER_PLANS.get(sweep.config_hash)
+    if plan is None:
+        plan = _WORKER_PLANS[sweep.config_hash] = plan_for(sweep)
+    return plan
+
+
+def _the_sweep(sweep: Sweep) -> Sweep:
+    return sweep
+
+
+def solve_task(sweep: Sweep, out: str, task: Task) -> dict:
+    """The dask task: `sweep` is the run's resolved Sweep (sent to each worker
+    once), never re-parsed. The worker may be another user's (an existing
+    cluster): its JAX settings are changed for this task's thread only while it
+    runs."""
     with task_settings():
         check_device()
-        return _on_device(_worker_device(), RUNNERS[kind], _worker_sweep(text, file, out), out, shard)
+        return _on_device(_worker_device(), run_or_record, sweep, _worker_plan(sweep), out, task)
 
 
 @contextlib.contextmanager
@@ -229,7 +243,7 @@ def _quiet(name: str):
 
 
 @contextlib.contextmanager
-def dask_client(scheduler: Scheduler | None, workers: int, slurm=None, store=None, sweep: Sweep | None = None):
+def dask_client(scheduler: Scheduler | None, workers: int, slurm=None, store=None, plan: Plan | None = None):
     """A client of an existing scheduler, of SLURM worker jobs (`slurm`: Resources;
     their logs go to the store's SLURM folder), or of an embedded local cluster."""
     from distributed import Client, LocalCluster
@@ -243,19 +257,19 @@ def dask_client(scheduler: Scheduler | None, workers: int, slurm=None, store=Non
 
         with jobqueue_cluster(slurm, slurm_folder(store)) as cluster, Client(cluster) as client:
             # Keep `tasks` worker jobs alive: a job that dies (cancelled, node lost)
-            # is replaced and its shards are retried by dask.
+            # is replaced and its tasks are retried by dask.
             cluster.adapt(minimum_jobs=slurm.tasks, maximum_jobs=slurm.tasks)
             yield client
         return
-    # Each shard's call keeps XLA to one thread: the worker's threads already run a
-    # shard per core (XLA's own pool gained nothing in measurements, within noise).
+    # Each task's calls keep XLA to one thread: the worker's threads already run a
+    # task per core (XLA's own pool gained nothing in measurements, within noise).
     # The user's own XLA flags (forced host devices, say) go to the workers too.
     flags = " ".join(filter(None, (os.environ.get("XLA_FLAGS"), SINGLE_THREAD_XLA)))
     env = {"PYTHONUNBUFFERED": "1", "XLA_FLAGS": flags}
     # The run reports every failure in one line of its own; the cluster's logs
     # (worker and nanny tracebacks on Ctrl-C, disk errors) would bury it.
     cluster = LocalCluster(
-        n_workers=0, threads_per_worker=worker_threads(workers, sweep), processes=True, dashboard_address=None, env=env,
+        n_workers=0, threads_per_worker=worker_threads(workers, plan), processes=True, dashboard_address=None, env=env,
         silence_logs=logging.CRITICAL,
     )
     with _quiet("distributed"), cluster, Client(cluster) as client:
@@ -306,44 +320,48 @@ def run(
         from ._slurm import resolve
 
         resources = resolve(sweep.slurm, slurm or {}, sweep.file)
-    workers = workers or sweep.workers or default_workers(executor, sweep)
-    check_memory(sweep, in_flight(executor, workers, sweep))
+    plan = plan_for(sweep)  # the run's one plan: this process's device, solver and batch
+    workers = workers or sweep.workers or default_workers(executor, sweep, plan)
+    check_memory(sweep, in_flight(executor, workers, plan), plan)
     configure()
     path = sweep.out
-    state = prepare(sweep, path, overwrite=overwrite)
+    state = prepare(sweep, path, overwrite=overwrite, plan=plan)
     with locked(path):
-        return _run_locked(sweep, path, state, executor, workers, scheduler, resources, progress)
+        return _run_locked(sweep, plan, path, state, executor, workers, scheduler, resources, progress)
 
 
-def _run_locked(sweep, path, state, executor, workers, scheduler, resources, progress) -> RunReport:
-    tasks = pending_tasks(sweep, path)
+def _run_locked(sweep, plan, path, state, executor, workers, scheduler, resources, progress) -> RunReport:
+    pending = pending_shards(sweep, path)
+    points = sum(p for _, _, p in pending)
+    threads = in_flight(executor, workers, plan)
+    tasks = group(pending, task_points(plan, points, threads))
     start = time.perf_counter()
-    failed, failed_shards, solved = 0, 0, 0
+    failed, failed_shards, solved, shards_done = 0, 0, 0, 0
     name = sweep.study.name
     bar = tqdm(
-        total=sum(p for _, _, p in tasks),
+        total=points,
         unit="pt",
         unit_scale=True,
-        disable=not progress or not tasks,
-        # Until a shard finishes, the time goes into compiling the study (seconds,
+        disable=not progress or not pending,
+        # Until a task finishes, the time goes into compiling the study (seconds,
         # unless the compile cache holds it): said, so a still bar is not taken for a hang.
-        desc=f"{name} compiling, shards 0/{len(tasks)}",
+        desc=f"{name} compiling, shards 0/{len(pending)}",
         dynamic_ncols=True,
     )
     with bar:
-        for i, info in enumerate(_results(sweep, tasks, executor, workers, scheduler, resources), 1):
-            raised = "error" in info
-            failed_shards += raised
-            failed += 0 if raised else info["failed"]
-            solved += 0 if raised else info["points"]
-            bar.set_description(f"{name} shards {i}/{len(tasks)}" + (f", {failed_shards} raised" if failed_shards
-                                                                     else ""))
+        for info in _results(sweep, plan, tasks, executor, workers, scheduler, resources):
+            shards_done += info["shards"]
+            failed_shards += info["raised"]
+            failed += info["failed"]
+            solved += info["solved"]
+            bar.set_description(f"{name} shards {shards_done}/{len(pending)}" + (
+                f", {failed_shards} raised" if failed_shards else ""))
             bar.update(info["points"])
     return RunReport(
         path=str(path),
-        state=state if tasks else "complete",
-        shards_run=len(tasks),
-        points_run=sum(p for _, _, p in tasks),
+        state=state if pending else "complete",
+        shards_run=len(pending),
+        points_run=points,
         failed_points=failed,
         seconds=time.perf_counter() - start,
         failed_shards=failed_shards,
@@ -351,61 +369,66 @@ def _run_locked(sweep, path, state, executor, workers, scheduler, resources, pro
     )
 
 
-def inline_results(sweep: Sweep, out: str, tasks, threads: int):
-    """Shards on `threads` threads of this process. A compiled call releases the
+def inline_results(sweep: Sweep, plan: Plan, out: str, tasks, threads: int):
+    """Tasks on `threads` threads of this process. A compiled call releases the
     GIL, so the threads share one compiled program (no per-process start-up or
     compile) and keep every core busy."""
     if threads == 1:
         for task in tasks:
-            yield run_or_record(sweep, out, *task)
+            yield run_or_record(sweep, plan, out, task)
         return
-    devices = local_devices()
+    devices = local_devices(plan.device.platform)
     pin = _pin_threads(devices) if len(devices) > 1 else None
-    pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="rollsweep-shard", initializer=pin)
+    pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="rollsweep-task", initializer=pin)
     try:
-        futures = [pool.submit(_on_pinned_device, run_or_record, sweep, out, *task) for task in tasks]
+        futures = [pool.submit(_on_pinned_device, run_or_record, sweep, plan, out, task) for task in tasks]
         for future in concurrent.futures.as_completed(futures):
             yield future.result()
     finally:
-        # A disk error stops the run: shards not yet started are dropped (their
+        # A disk error stops the run: tasks not yet started are dropped (their
         # regions are untouched and they stay pending for the next run).
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _results(sweep: Sweep, tasks, executor: str, workers: int, scheduler: Scheduler | None, resources=None):
+def _results(sweep: Sweep, plan: Plan, tasks: list[Task], executor: str, workers: int, scheduler: Scheduler | None,
+             resources=None):
     if not tasks:
         return
     out = str(sweep.out.resolve())
     if executor == "inline":
-        yield from inline_results(sweep, out, tasks, workers)
+        yield from inline_results(sweep, plan, out, tasks, workers)
         return
     from distributed import as_completed
 
-    with dask_client(scheduler, workers, resources, out, sweep) as client:
+    with dask_client(scheduler, workers, resources, out, plan) as client:
+        # The resolved sweep goes to the cluster once, not with every task: as
+        # the result of a task (not scattered data), so that dask makes it again
+        # if every worker holding it is lost.
+        shared = client.submit(_the_sweep, sweep, key=f"rollsweep-{sweep.config_hash[:10]}-sweep", pure=False)
         futures = {
             client.submit(
-                solve_shard, sweep.text, sweep.file, out, kind, shard,
-                key=f"rollsweep-{sweep.config_hash[:10]}-{kind}-{shard}", pure=False,
-            ): (kind, shard, points)
-            for kind, shard, points in tasks
+                solve_task, shared, out, task,
+                key=f"rollsweep-{sweep.config_hash[:10]}-{task.kind}-{task.shards[0]}-{len(task.shards)}", pure=False,
+            ): task
+            for task in tasks
         }
         # Results come with their futures, fetched as each finishes: a result
         # fetched afterwards could sit on a worker lost since, and wait for ever.
         finished = as_completed(futures, with_results=True, raise_errors=False)
-        # dask retries a shard whose worker died; one that raises, or kills
+        # dask retries a task whose worker died; one that raises, or kills
         # workers repeatedly (KilledWorker), is recorded as failed.
         for future, result in _watched(client, finished, scheduler) if scheduler else finished:
-            if isinstance(result, dict):  # solve_shard's report
+            if isinstance(result, dict):  # solve_task's report
                 yield result
             elif future.status != "error":  # cancelled: the scheduler dropped it (lost, not failed)
-                raise ClusterLost(None, "the cluster dropped the run's shards", scheduler and scheduler.address)
+                raise ClusterLost(None, "the cluster dropped the run's tasks", scheduler and scheduler.address)
             elif isinstance(future.exception(), OSError):
                 raise future.exception()
             else:
                 error = future.exception()
                 if error.__traceback__ is None:  # the worker's traceback, for where in the study it raised
                     error = error.with_traceback(future.traceback())
-                yield record_failure(out, *futures[future], error, sweep.study)
+                yield record_failure(out, futures[future], error, sweep.study)
 
 
 def _watched(client, pending, scheduler: Scheduler):

@@ -95,13 +95,8 @@ def devices(platform: str | None = None) -> str:
     return f"{found[0].platform}:{found[0].device_kind}" + (f" x{len(found)}" if len(found) > 1 else "")
 
 
-def _solving_platform(sweep) -> str:
-    from ._cost import plan_for
-
-    return plan_for(sweep).device.platform
-
-
-def provenance(sweep) -> dict:
+def provenance(sweep, plan) -> dict:
+    """The cube's provenance attributes; `plan`: the run's (its device is the cube's)."""
     from . import __version__
 
     return {
@@ -122,6 +117,6 @@ def provenance(sweep) -> dict:
         "atol": sweep.solver.atol,
         "git_commit": git_commit(),
         "versions": dict(versions()),  # a copy: the cached one stays as found
-        "device": devices(_solving_platform(sweep)),
+        "device": devices(plan.device.platform),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

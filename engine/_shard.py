@@ -1,10 +1,10 @@
-"""One task = one shard: solve its points, write its region, mark it done.
+"""One task (engine._tasks): solve its shards' points together, write each
+shard's region, mark each done.
 
 Runs wherever the task lands (this process, a dask worker, a SLURM job); it
-only needs the sweep and the store path.
+needs the sweep, the plan of the process it runs in, and the store path.
 """
 
-import functools
 import os
 import pathlib
 import time
@@ -13,10 +13,12 @@ import traceback
 import numpy as np
 
 from ._config import Sweep
-from ._cost import layouts, plan_for
-from ._cube import CRITICAL, GRID, critical_name, mark_done, mark_failed, write_region
+from ._cost import layouts
+from ._cube import CRITICAL, GRID, critical_name, mark_done, mark_failed, write_regions
 from ._provenance import device, study_folder
 from ._status import Status
+from ._tasks import Task
+from .solve.base import Plan
 from .solve.critical import find_critical
 from .solve.device import on_platform
 from .solve.evaluate import evaluate
@@ -30,33 +32,40 @@ def _point_params(sweep: Sweep, names, columns, n) -> dict:
     return params
 
 
-def run_grid_shard(sweep: Sweep, path, shard: int) -> dict:
+def _task_points(layout, task: Task, axes_values) -> list[np.ndarray]:
+    """The points of a task's shards, one after another, as flat arrays (one per axis)."""
+    pieces = [layout.points(shard, axes_values) for shard in task.shards]
+    return [np.concatenate(columns) for columns in zip(*pieces, strict=True)] if pieces and pieces[0] else []
+
+
+def _by_shard(task: Task, arrays: dict) -> list[dict]:
+    """A task's flat result arrays cut back into its shards' pieces."""
+    offsets = np.cumsum((0,) + task.sizes)
+    return [{k: v[a:b] for k, v in arrays.items()} for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+
+
+def run_grid_task(sweep: Sweep, plan: Plan, path, task: Task) -> dict:
     grid, _ = layouts(sweep)
-    region = grid.region(shard)
-    columns = grid.points(shard, [a.values for a in sweep.axes])
-    n = grid.shard_points(shard)
+    columns = _task_points(grid, task, [a.values for a in sweep.axes])
     start = time.perf_counter()
-    params = _point_params(sweep, sweep.axis_names, columns, n)
-    result = evaluate(sweep.study, sweep.solver, params, outputs=sweep.outputs, plan=plan_for(sweep))
-    shape = tuple(s.stop - s.start for s in region)
-    values = {k: v.reshape(shape + v.shape[1:]) for k, v in result.outputs.items()}
-    values["status"] = result.status.reshape(shape)
-    values["num_steps"] = result.num_steps.reshape(shape)
-    values["num_events"] = result.num_events.reshape(shape)
-    digests = write_region(path, region, values)
-    return _finish(path, GRID, shard, n, result.status, start, digests)
+    params = _point_params(sweep, sweep.axis_names, columns, task.points)
+    result = evaluate(sweep.study, sweep.solver, params, outputs=sweep.outputs, plan=plan)
+    flat = dict(result.outputs, status=result.status, num_steps=result.num_steps, num_events=result.num_events)
+    regions = []
+    for shard, values in zip(task.shards, _by_shard(task, flat), strict=True):
+        region = grid.region(shard)
+        shape = tuple(s.stop - s.start for s in region)
+        regions.append((region, {k: v.reshape(shape + v.shape[1:]) for k, v in values.items()}))
+    return _finish(path, task, result.status, start, write_regions(path, regions))
 
 
-def run_critical_shard(sweep: Sweep, path, shard: int) -> dict:
+def run_critical_task(sweep: Sweep, plan: Plan, path, task: Task) -> dict:
     _, layout = layouts(sweep)
     c = sweep.critical
     other = [a for a in sweep.axes if a.name != c.axis]
-    region = layout.region(shard)
-    columns = layout.points(shard, [a.values for a in other])
-    n = layout.shard_points(shard)
-    base = _point_params(sweep, [a.name for a in other], columns, n)
+    columns = _task_points(layout, task, [a.values for a in other])
+    base = _point_params(sweep, [a.name for a in other], columns, task.points)
     start = time.perf_counter()
-    plan = plan_for(sweep)
 
     def output_at(x, index):
         params = {k: v[index] for k, v in base.items()}
@@ -64,39 +73,56 @@ def run_critical_shard(sweep: Sweep, path, shard: int) -> dict:
         result = evaluate(sweep.study, sweep.solver, params, outputs=(c.output,), plan=plan)
         return result.outputs[c.output], result.status
 
-    roots, status = find_critical(output_at, c.bracket, c.target, c.xtol, n)
-    shape = tuple(s.stop - s.start for s in region)
+    # Each root's search reads its own point alone (find_critical), so shards
+    # searched together find the roots they would find apart.
+    roots, status = find_critical(output_at, c.bracket, c.target, c.xtol, task.points)
     name = critical_name(sweep)
-    digests = write_region(path, region, {name: roots.reshape(shape), f"{name}_status": status.reshape(shape)})
-    return _finish(path, CRITICAL, shard, n, status, start, digests)
+    regions = []
+    for shard, values in zip(task.shards, _by_shard(task, {name: roots, f"{name}_status": status}), strict=True):
+        region = layout.region(shard)
+        shape = tuple(s.stop - s.start for s in region)
+        regions.append((region, {k: v.reshape(shape) for k, v in values.items()}))
+    return _finish(path, task, status, start, write_regions(path, regions))
 
 
-def _finish(path, kind, shard, n, status, start, digests) -> dict:
-    info = {
-        "kind": kind,
-        "shard": shard,
-        "points": int(n),
-        "failed": int(np.count_nonzero(status != Status.SUCCESS)),
-        "seconds": round(time.perf_counter() - start, 6),
-        "device": device(),
-        "digests": digests,
-    }
-    mark_done(path, kind, shard, info)
-    return info
+def _finish(path, task: Task, status, start, digests) -> dict:
+    """Each shard of the task marked done (its digests, its points' failures and
+    its share of the task's time), and the task's report."""
+    seconds = time.perf_counter() - start
+    solved_on = device()
+    failed = 0
+    for shard, points, shard_status, shard_digests in zip(
+            task.shards, task.sizes, _by_shard(task, {"status": status}), digests, strict=True):
+        shard_failed = int(np.count_nonzero(shard_status["status"] != Status.SUCCESS))
+        failed += shard_failed
+        mark_done(path, task.kind, shard, {
+            "kind": task.kind,
+            "shard": shard,
+            "points": int(points),
+            "failed": shard_failed,
+            "seconds": round(seconds * points / task.points, 6),
+            "device": solved_on,
+            "digests": shard_digests,
+        })
+    return _report(task, solved=task.points, failed=failed, seconds=round(seconds, 6), device=solved_on)
 
 
-def _on_its_platform(runner):
-    """A shard solves, and names its device, on its plan's platform: on a GPU
+def _report(task: Task, solved: int, failed: int, raised: int = 0, **more) -> dict:
+    """What a task tells the run: its shards and points; of them the points
+    solved (in shards that did not raise) and those that failed (a status other
+    than success); the shards that raised."""
+    return {"kind": task.kind, "shards": len(task.shards), "points": task.points, "solved": solved,
+            "failed": failed, "raised": raised, **more}
+
+
+RUNNERS = {GRID: run_grid_task, CRITICAL: run_critical_task}
+
+
+def run_task(sweep: Sweep, plan: Plan, path, task: Task) -> dict:
+    """A task solved, and its device named, on its plan's platform: on a GPU
     machine a small vmapped sweep's is the CPU (engine.solve.plan.solving_device)."""
-    @functools.wraps(runner)
-    def run(sweep: Sweep, path, shard: int) -> dict:
-        with on_platform(plan_for(sweep).device.platform):
-            return runner(sweep, path, shard)
-
-    return run
-
-
-RUNNERS = {GRID: _on_its_platform(run_grid_shard), CRITICAL: _on_its_platform(run_critical_shard)}
+    with on_platform(plan.device.platform):
+        return RUNNERS[task.kind](sweep, plan, path, task)
 
 
 # Innermost frames in the study's code named with a shard's error: where it raised
@@ -104,13 +130,15 @@ RUNNERS = {GRID: _on_its_platform(run_grid_shard), CRITICAL: _on_its_platform(ru
 LOCATION_FRAMES = 3
 
 
-def record_failure(path, kind: str, shard: int, points: int, err: Exception, study=None) -> dict:
-    """A shard that raised: recorded in the store with its error and, given the
-    study, where in the study's code it raised; the sweep goes on."""
+def record_failure(path, task: Task, err: Exception, study=None) -> dict:
+    """A task that raised: each of its shards recorded in the store with the
+    error and, given the study, where in the study's code it raised; the sweep
+    goes on."""
     where = failure_location(err, study_folder(study)) if study is not None else ""
     message = f"{type(err).__name__}: {err}" + (f" ({where})" if where else "")
-    mark_failed(path, kind, shard, message)
-    return {"kind": kind, "shard": shard, "points": points, "failed": points, "error": message}
+    for shard in task.shards:
+        mark_failed(path, task.kind, shard, message)
+    return _report(task, solved=0, failed=0, raised=len(task.shards), error=message)
 
 
 def failure_location(err: BaseException, folder: pathlib.Path | None) -> str:
@@ -129,12 +157,20 @@ def _shown(filename: str) -> str:
     return filename if relative.startswith("..") else relative
 
 
-def run_or_record(sweep: Sweep, path, kind: str, shard: int, points: int) -> dict:
-    """Run one shard; a study error is recorded as a failed shard, while a disk
-    error (full, read-only) propagates and stops the run: done shards are kept."""
+def run_or_record(sweep: Sweep, plan: Plan, path, task: Task) -> dict:
+    """Run one task; a study error is recorded as failed shards, while a disk
+    error (full, read-only) propagates and stops the run: done shards are kept.
+    A task of several shards that raises is run again shard by shard, so that
+    a study bug on some points costs only the shards that hold them."""
     try:
-        return RUNNERS[kind](sweep, path, shard)
+        return run_task(sweep, plan, path, task)
     except OSError:
         raise
     except Exception as err:  # noqa: BLE001 - a study bug on some points must not stop the sweep
-        return record_failure(path, kind, shard, points, err, sweep.study)
+        if len(task.shards) == 1:
+            return record_failure(path, task, err, sweep.study)
+    reports = [run_or_record(sweep, plan, path, Task(task.kind, (shard,), (points,)))
+               for shard, points in zip(task.shards, task.sizes, strict=True)]
+    errors = [r["error"] for r in reports if "error" in r]
+    return _report(task, solved=sum(r["solved"] for r in reports), failed=sum(r["failed"] for r in reports),
+                   raised=sum(r["raised"] for r in reports), **({"error": errors[0]} if errors else {}))

@@ -179,6 +179,18 @@ class Study:
     def defaults(self) -> dict[str, float]:
         return {p.name: p.default for p in self.parameters}
 
+    def __reduce__(self):
+        # A registered study travels by name (to a dask worker, a SLURM task's
+        # resolved sweep) and is the same singleton there; another study (one
+        # a notebook built) travels by value.
+        try:
+            registered = load_study(self.name) is self
+        except Exception:  # noqa: BLE001 - no such entry point, or it does not load here
+            registered = False
+        if registered:
+            return load_study, (self.name,)
+        return super().__reduce__()
+
 
 def demo_configs(package: str, folder: str = "demo") -> dict[str, str]:
     """The TOML texts in a study package's demo folder, by file stem."""

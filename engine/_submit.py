@@ -6,14 +6,17 @@ import os
 import pathlib
 import sys
 
+import cloudpickle
+
 from ._config import Sweep
-from ._cost import check_memory, fits_in_memory, layouts
-from ._cube import CRITICAL, GRID, cube_sweep, done_shards, prepare, slurm_folder
-from ._execute import default_workers, inline_results, pending_tasks
+from ._cost import check_memory, fits_in_memory, layouts, plan_for
+from ._cube import CRITICAL, GRID, done_shards, prepare, slurm_folder
+from ._execute import default_workers, inline_results, pending_shards
 from ._jax_setup import DeviceError, check_device, configure
 from ._lock import locked
 from ._shard import record_failure
 from ._slurm import array_script, check_script, read_share, resolve, sbatch, write_share
+from ._tasks import Task, group, task_points
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,17 +35,18 @@ def submit(sweep: Sweep, keywords: dict, dry_run: bool = False) -> Submission:
     folder = slurm_folder(path)
     name = f"rollsweep-{sweep.study.name}-{sweep.config_hash[:8]}"
     if dry_run:  # nothing written: the script as it would be for a fresh cube
-        pending = pending_tasks(sweep, path)
+        pending = pending_shards(sweep, path)
         tasks = max(1, min(resources.tasks, len(pending)))
         script = array_script(resources, path, folder / "share-<time>.json", name, tasks, folder)
         return Submission(script, tasks=tasks, shards=len(pending))
     with locked(path):  # the jobs write the store; this process only prepares it
         prepare(sweep, path)
-    pending = pending_tasks(sweep, path)
+    pending = pending_shards(sweep, path)
     if not pending:
         return Submission("", shards=0)
     tasks = min(resources.tasks, len(pending))
     share = write_share(folder, pending, tasks)
+    write_sweep(share, sweep)
     script = array_script(resources, path, share, name, tasks, folder)
     share.with_suffix(".sbatch").write_text(script)
     array_job = sbatch(script, cwd=os.getcwd())
@@ -50,15 +54,32 @@ def submit(sweep: Sweep, keywords: dict, dry_run: bool = False) -> Submission:
     return Submission(script, array_job, check_job, tasks, len(pending))
 
 
+def sweep_file(share) -> pathlib.Path:
+    """Where a submission keeps the resolved sweep its array tasks solve: beside
+    its share file."""
+    return pathlib.Path(share).with_suffix(".sweep.pickle")
+
+
+def write_sweep(share, sweep: Sweep) -> None:
+    """The resolved sweep, as the submitting process parsed it (its
+    parameter_file read there, once): the array tasks load it, never parse the
+    sweep again. A registered study travels by name (engine._study.Study)."""
+    sweep_file(share).write_bytes(cloudpickle.dumps(sweep))
+
+
+def read_sweep(share) -> Sweep:
+    return cloudpickle.loads(sweep_file(share).read_bytes())
+
+
 def work(store, task: int, share) -> int:
     """Compute this array task's shards that are not done yet, on every device
     and core the task was given (the inline executor's threads, each pinned to a
-    device in turn). A shard that raises is recorded as failed (with its error)
-    and the others still run. A job that asked for a GPU and has none records its
-    first shard as failed and stops."""
+    device in turn), in tasks of shards as a run makes them. A shard that raises
+    is recorded as failed (with its error) and the others still run. A job that
+    asked for a GPU and has none records its first shard as failed and stops."""
     configure()
     store = pathlib.Path(store)
-    sweep = cube_sweep(store)
+    sweep = read_sweep(share)
     grid, critical = layouts(sweep)
     sizes = {GRID: grid, CRITICAL: critical}
     mine = read_share(share, task)
@@ -71,11 +92,13 @@ def work(store, task: int, share) -> int:
         check_device()
     except DeviceError as err:
         kind, shard, points = pending[0]
-        record_failure(str(store), kind, shard, points, err, sweep.study)
+        record_failure(str(store), Task(kind, (shard,), (points,)), err, sweep.study)
         print(f"rollsweep: error: {store}: {err}", file=sys.stderr)
         return 1
-    threads = min(default_workers("inline", sweep), len(pending))
-    if not fits_in_memory(sweep, threads):
-        threads = 1  # as the submission checked: a shard at a time
-    failures = sum("error" in info for info in inline_results(sweep, str(store), pending, threads))
+    plan = plan_for(sweep)  # this array task's one plan, from its own device
+    threads = min(default_workers("inline", sweep, plan), len(pending))
+    if not fits_in_memory(sweep, threads, plan):
+        threads = 1  # as the submission checked: a task at a time
+    tasks = group(pending, task_points(plan, sum(p for _, _, p in pending), threads))
+    failures = sum(info["raised"] for info in inline_results(sweep, plan, str(store), tasks, threads))
     return 1 if failures else 0

@@ -150,22 +150,25 @@ def test_disk_errors_stop_cleanly_and_leave_a_resumable_store(
 ):
     """Simulated (tests run as root, for whom permissions do not bite): the third
     shard's write fails; the run stops with one clear line, the finished shards
-    are kept (two, one shard at a time; with two threads, shards already running
-    finish too), and the same command afterwards completes the cube."""
+    are kept (two, one shard a task and a task at a time; with two threads,
+    tasks already running finish too), and the same command afterwards
+    completes the cube."""
+    import engine._execute
     import engine._shard
     from engine.cli import main
 
     path = small_sweep(shard_size=5)
-    real_write = engine._shard.write_region
+    real_write = engine._shard.write_regions
     writes = {"n": 0}
 
-    def failing_write(store, region, values):
-        writes["n"] += 1
+    def failing_write(store, regions):
+        writes["n"] += len(regions)
         if writes["n"] == 3:
             raise OSError(error[0], error[1], str(store))
-        return real_write(store, region, values)
+        return real_write(store, regions)
 
-    monkeypatch.setattr(engine._shard, "write_region", failing_write)
+    monkeypatch.setattr(engine._execute, "task_points", lambda *args: 1)  # a task per shard
+    monkeypatch.setattr(engine._shard, "write_regions", failing_write)
     assert main(["run", str(path), "--quiet", "--workers", str(threads)]) == 2
     err = capsys.readouterr().err
     assert f"cube.zarr: {error[1]}; shards already done are kept" in err
@@ -173,7 +176,7 @@ def test_disk_errors_stop_cleanly_and_leave_a_resumable_store(
     done = len(done_shards(store, "grid"))
     assert (done == 2 if threads == 1 else 2 <= done < 5) and not failed_shards(store)
 
-    monkeypatch.setattr(engine._shard, "write_region", real_write)
+    monkeypatch.setattr(engine._shard, "write_regions", real_write)
     assert main(["run", str(path), "--quiet"]) == 0
     reference = load_sweep(path, out=str(tmp_path / "reference.zarr"))
     run(reference, progress=False)

@@ -6,9 +6,11 @@ import pytest
 
 from engine._config import load_sweep
 from engine._cube import done_shards, failed_shards, prepare, slurm_folder
-from engine._execute import pending_tasks, solve_shard
+from engine._execute import pending_shards, solve_task
 from engine._jax_setup import REQUIRE_GPU, DeviceError
 from engine._slurm import write_share
+from engine._submit import write_sweep
+from engine._tasks import Task
 from engine.cli import main
 
 pytestmark = pytest.mark.skipif(jax.default_backend() == "gpu", reason="this machine has the GPU the job asks for")
@@ -18,7 +20,8 @@ pytestmark = pytest.mark.skipif(jax.default_backend() == "gpu", reason="this mac
 def shared_store(small_sweep):
     sweep = load_sweep(small_sweep())
     prepare(sweep, sweep.out)
-    share = write_share(slurm_folder(sweep.out), pending_tasks(sweep, sweep.out), 1)
+    share = write_share(slurm_folder(sweep.out), pending_shards(sweep, sweep.out), 1)
+    write_sweep(share, sweep)
     return sweep, share
 
 
@@ -37,5 +40,5 @@ def test_dask_task_without_its_gpu_raises(shared_store, monkeypatch):
     sweep, _ = shared_store
     monkeypatch.setenv(REQUIRE_GPU, "1")
     with pytest.raises(DeviceError, match="JAX runs on cpu"):
-        solve_shard(sweep.text, sweep.file, str(sweep.out), "grid", 0)
+        solve_task(sweep, str(sweep.out), Task("grid", (0,), (pending_shards(sweep, sweep.out)[0][2],)))
     assert not done_shards(sweep.out, "grid")

@@ -16,9 +16,10 @@ import pytest
 from engine._config import load_sweep
 from engine._cube import open_cube, prepare, slurm_folder
 from engine._devices import solving_devices
-from engine._execute import pending_tasks
+from engine._execute import pending_shards
 from engine._lock import locked
 from engine._slurm import write_share
+from engine._submit import write_sweep
 
 from conftest import cubes_identical, sweep_file
 
@@ -86,7 +87,8 @@ def test_a_slurm_array_task_solves_on_every_device_it_was_given(tmp_path, one_de
     sweep = load_sweep(regime_sweep(tmp_path, "task"))
     with locked(sweep.out):
         prepare(sweep, sweep.out)
-    share = write_share(slurm_folder(sweep.out), pending_tasks(sweep, sweep.out), 1)
+    share = write_share(slurm_folder(sweep.out), pending_shards(sweep, sweep.out), 1)
+    write_sweep(share, sweep)
     run_on_devices(sweep.out, 4, "--task", "0", "--share", str(share), command=("work",))
     assert set(solving_devices(sweep.out)) == {f"cpu:cpu #{i}" for i in range(4)}
     assert cubes_identical(open_cube(sweep.out).load(), one_device_cube)

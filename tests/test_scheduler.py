@@ -111,17 +111,17 @@ def test_existing_cluster_matches_inline_and_leaves_worker_settings(small_sweep,
 def test_a_shard_that_raises_on_the_cluster_is_recorded(small_sweep, monkeypatch):
     from distributed import LocalCluster
 
-    import engine._execute as execute
+    import engine._shard as shard
     from engine._cube import failed_shards
 
-    solve = execute.RUNNERS["grid"]
+    solve = shard.RUNNERS["grid"]
 
-    def fails_on_shard_1(sweep, out, shard):
-        if shard == 1:
+    def fails_on_shard_1(sweep, plan, out, task):
+        if 1 in task.shards:
             raise ValueError("a study bug")
-        return solve(sweep, out, shard)
+        return solve(sweep, plan, out, task)
 
-    monkeypatch.setitem(execute.RUNNERS, "grid", fails_on_shard_1)
+    monkeypatch.setitem(shard.RUNNERS, "grid", fails_on_shard_1)
     sweep = load_sweep(small_sweep())
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
         report = run(sweep, scheduler=cluster.scheduler_address, progress=False)

@@ -15,7 +15,9 @@ import pytest
 from engine import Status
 from engine._config import load_sweep
 from engine._cube import StoreError, digest, done_shards, open_cube
+from engine._cost import plan_for
 from engine._execute import default_workers, run
+from engine._tasks import task_points
 
 from conftest import cubes_identical
 
@@ -98,8 +100,10 @@ def test_kill_then_resume_gives_identical_cube(small_sweep, tmp_path):
     done = len(done_shards(killed.out, "grid"))
     assert 5 <= done < 61, f"kill did not land mid-run ({done} shards done)"
     ds = open_cube(killed.out).load()
-    # Written but not yet marked done: at most the shards in flight when killed.
-    in_flight = default_workers("inline")
+    # Written but not yet marked done: at most the shards of the tasks in flight
+    # when killed (shards of one point here).
+    workers = default_workers("inline")
+    in_flight = workers * task_points(plan_for(killed), 61, workers)
     assert np.count_nonzero(ds["status"].values == Status.PENDING) >= 61 - done - in_flight
 
     report = run(killed, progress=False)

@@ -1,0 +1,72 @@
+"""Tasks: what one solving thread hands its device in one go.
+
+A shard (one zarr chunk, its done marker and checksum) follows the sweep and
+the study alone, so a store made on one machine resumes on another. A task
+follows the device: pending shards taken in order and solved together, their
+points concatenated into the compiled calls of the run's plan, so that a call
+carries close to a full batch however small the shards are. Each shard of a
+task still writes its own region and drops its own marker, and a point's
+result depends on its parameters alone (every call has the plan's batch
+shape), so the cube is the same bits whatever the grouping.
+
+Measured before tasks, on one H200: a 1M-point sweep in shards of 4,096
+points was 245 calls each padded to a 2^20-point batch, 64k points/s, against
+14M points/s for the same kernel's compiled calls.
+"""
+
+import dataclasses
+import math
+
+# On CPU a task holds at most this many points (unless one shard or one call
+# is larger): large enough that the store writes and the host work around a
+# call are a small share of its time, small enough that progress moves and a
+# killed run loses little.
+CPU_TASK_POINTS = 1 << 17
+# On CPU, tasks per thread at least (where the run has the points): points
+# differ in cost, and a thread that finishes early takes another task.
+TASKS_PER_THREAD = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """Shards of one kind ("grid" or "critical") solved in one go."""
+
+    kind: str
+    shards: tuple[int, ...]
+    sizes: tuple[int, ...]  # each shard's points
+
+    @property
+    def points(self) -> int:
+        return sum(self.sizes)
+
+
+def task_points(plan, points: int, threads: int) -> int:
+    """Points a task aims at, for a run of `points` points on `threads` threads.
+
+    On an accelerator one compiled call of the plan's batch: the device is
+    filled by one call, and a thread preparing or writing one task while the
+    other's call runs keeps it busy. On CPU a share of the run that gives each
+    thread TASKS_PER_THREAD tasks, so that every core works to the end, up to
+    CPU_TASK_POINTS (or one call, if larger).
+    """
+    if plan.device.accelerator:
+        return plan.batch
+    share = math.ceil(points / (TASKS_PER_THREAD * max(1, threads)))
+    return max(1, min(share, max(plan.batch, CPU_TASK_POINTS)))
+
+
+def group(pending, size: int) -> list[Task]:
+    """Pending shards, (kind, shard, points) in order, as tasks of up to `size`
+    points: consecutive shards of one kind, at least one shard a task."""
+    tasks: list[Task] = []
+    kind, shards, sizes = None, [], []
+    for k, shard, points in pending:
+        if shards and (k != kind or sum(sizes) + points > size):
+            tasks.append(Task(kind, tuple(shards), tuple(sizes)))
+            shards, sizes = [], []
+        kind = k
+        shards.append(shard)
+        sizes.append(points)
+    if shards:
+        tasks.append(Task(kind, tuple(shards), tuple(sizes)))
+    return tasks
