@@ -7,7 +7,9 @@ of a few calls after an untimed warm-up call (compilation, caches), since the
 machine may be shared.
 """
 
+import json
 import math
+import os
 import pathlib
 import sys
 import tempfile
@@ -137,10 +139,36 @@ def _cell(value, width) -> str:
     return f"{value:>{width}.1e}"
 
 
-def print_table(title, rows, reference_row_name, error_headers=("max error vs reference",)):
+# ROLLSWEEP_BENCH_ROWS=FILE: every table row is also appended to FILE as one JSON
+# line, tagged with ROLLSWEEP_BENCH_PART (benchmarks/gpu_lease.sh builds its one
+# table from them, and keeps what a part measured before it was cut off).
+ROWS_FILE = "ROLLSWEEP_BENCH_ROWS"
+
+
+def record_row(method, rate=math.nan, *, points=None, ratio=math.nan, errors=(), headers=(), note=None, title=None):
+    """Append one measured row to $ROLLSWEEP_BENCH_ROWS (nothing if it is unset)."""
+    path = os.environ.get(ROWS_FILE)
+    if not path:
+        return
+
+    def plain(value):  # JSON has no NaN: None; numpy scalars as Python numbers
+        if value is None or isinstance(value, str):
+            return value
+        value = float(value) if not isinstance(value, (int, np.integer)) else int(value)
+        return None if isinstance(value, float) and not math.isfinite(value) else value
+
+    row = {"kind": "row", "part": os.environ.get("ROLLSWEEP_BENCH_PART", ""), "method": method,
+           "points": plain(points), "rate": plain(rate), "ratio": plain(ratio),
+           "errors": {h: plain(e) for h, e in zip(headers, errors, strict=False)}, "note": note, "title": title}
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def print_table(title, rows, reference_row_name, error_headers=("max error vs reference",), record=True):
     """rows: (method, points per second, error, ...) with one error per header
     (None or NaN prints '-'; an int prints as a count). The ratio column divides
-    each rate by the rate of the row named `reference_row_name`."""
+    each rate by the rate of the row named `reference_row_name`. record: also
+    append the rows to $ROLLSWEEP_BENCH_ROWS (see record_row)."""
     reference = next((r[1] for r in rows if r[0] == reference_row_name), math.nan)
     width = max([len("method")] + [len(r[0]) for r in rows])
     widths = [max(12, len(h)) for h in error_headers]
@@ -151,6 +179,8 @@ def print_table(title, rows, reference_row_name, error_headers=("max error vs re
         errors = list(errors) + [None] * (len(error_headers) - len(errors))
         print(f"{name:<{width}} {rate:>12,.1f} {rate / reference:>10.3g} "
               + " ".join(_cell(e, w) for e, w in zip(errors, widths, strict=True)))
+        if record:
+            record_row(name, rate, ratio=rate / reference, errors=errors, headers=error_headers, title=title)
     print(f"'vs engine': points/s against the row '{reference_row_name}'.")
 
 

@@ -12,18 +12,22 @@ largest final-displacement error against the closed form (on up to
 
 On a machine without a GPU the CPU rows run (the engine's solvers on CPU, the
 fused one in interpret mode) and the GPU rows are reported as skipped. A
-method whose run takes longer than --budget seconds is not run at the larger
-sizes. Run: python benchmarks/bench_gpu.py [--sizes 10000 100000 ...].
+method whose calls at a size (a warm-up, two timed) are predicted from its rate
+at an earlier size to take longer than --budget seconds is skipped at that
+size; a method that raises is printed as a failed row and the others go on.
+ROLLSWEEP_BENCH_ROWS=FILE also appends each row, as it is measured, to FILE
+(benchmarks/gpu_lease.sh). Run: python benchmarks/bench_gpu.py [--sizes 10000 100000 ...].
 NUMBA_ENABLE_CUDASIM=1 python benchmarks/bench_gpu.py --cudasim-check checks
 the CUDA kernel's results on a few points in numba's CUDA simulator (no GPU).
 """
 
 import argparse
 import math
-import time
+import sys
+import traceback
 
 import numpy as np
-from _common import add_tests_to_path, best_of, machine, numba, pad_to_batch, print_table
+from _common import add_tests_to_path, best_of, machine, numba, pad_to_batch, print_table, record_row
 
 add_tests_to_path()
 import bench_pingpong as pingpong  # noqa: E402
@@ -80,6 +84,10 @@ def cuda_sweep():
 
     if not cuda.is_available():
         return None
+    # numba-cuda (<= 0.30.4) overloads np.row_stack, which numpy 2.5 removed: its
+    # first kernel compile raises AttributeError without this alias.
+    if not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack
     namespace = {}
     exec(compile(cuda_source(), "pingpong_numba_cuda", "exec"), namespace)
     kernel = namespace["sweep_kernel"]
@@ -113,7 +121,9 @@ def engine_rows():
 
         def run(qs, name=name):
             plan = make_plan(STUDY, device, solver=name, points=qs.size)
-            columns = {k: np.full(qs.size, v) for k, v in pingpong.P.items()} | {"spin_ratio": qs}
+            # Fixed parameters as a run passes them (one value seen n times: made on the device).
+            columns = {k: np.broadcast_to(np.float64(v), qs.shape) for k, v in pingpong.P.items()} | {
+                "spin_ratio": qs}
             return evaluate(STUDY, settings, columns, plan=plan, outputs=["final_displacement"]).outputs[
                 "final_displacement"]
 
@@ -142,10 +152,17 @@ def _plain_diffrax():
     return _PLAIN[0]
 
 
-def max_error(values, qs, check_points):
-    """Largest |x - closed form| over up to check_points evenly spaced points."""
+def checked(qs, check_points):
+    """(indices, closed form there) of up to check_points evenly spaced points: once
+    per size, shared by every method (the closed form is scalar Python, ~0.3 ms a point)."""
     index = np.unique(np.linspace(0, qs.size - 1, min(qs.size, check_points)).astype(int))
-    exact = np.array([cf.final_displacement(pingpong.P, spin_ratio=q) for q in qs[index]])
+    return index, np.array([cf.final_displacement(pingpong.P, spin_ratio=q) for q in qs[index]])
+
+
+def max_error(values, qs, check_points, reference=None):
+    """Largest |x - closed form| over up to check_points evenly spaced points
+    (reference: checked(qs, check_points), when already computed)."""
+    index, exact = reference or checked(qs, check_points)
     return float(np.max(np.abs(np.asarray(values)[index] - exact)))
 
 
@@ -166,7 +183,8 @@ def main():
     parser.add_argument("--sizes", type=int, nargs="+", default=None,
                         help=f"points of each sweep (default {DEFAULT_SIZES} on a GPU, the first two on CPU)")
     parser.add_argument("--budget", type=float, default=120.0,
-                        help="seconds: a method slower than this is not run at larger sizes")
+                        help="seconds: a method whose three calls (warm-up, two timed) at a size are predicted "
+                             "to take longer is skipped there")
     parser.add_argument("--check-points", type=int, default=2000,
                         help="points whose error against the closed form is measured")
     parser.add_argument("--cudasim-check", action="store_true", help="only check the CUDA kernel (simulator)")
@@ -177,42 +195,73 @@ def main():
     gpu = jax.devices()[0].platform == "gpu"
     sizes = args.sizes or (DEFAULT_SIZES if gpu else DEFAULT_SIZES[:2])
     numba_cpu = pingpong.numba_sweep()
-    numba_cuda = cuda_sweep()
-    methods = engine_rows() + [
-        (f"plain jax.jit(jax.vmap(diffrax)) with events on {jax.devices()[0].platform}", diffrax_sweep)]
-    if numba_cpu is not None:
-        methods.append((f"numba Dormand-Prince, {numba.get_num_threads()} CPU threads", numba_cpu))
+    try:
+        numba_cuda = cuda_sweep()
+    except Exception as err:  # a broken peer is a failed row, never the end of the run
+        numba_cuda = _failing(err)
+    # The engine's default solver, the baselines, then the engine's other solvers: a run cut
+    # off at its largest size loses the rows that matter least (lanes on a GPU are slow).
+    default, *others = engine_rows()
+    methods = [default, (f"plain jax.jit(jax.vmap(diffrax)) with events on {jax.devices()[0].platform}",
+                         diffrax_sweep)]
     if numba_cuda is not None:
         methods.append(("numba CUDA Dormand-Prince, one thread a point", numba_cuda))
+    if numba_cpu is not None:
+        methods.append((f"numba Dormand-Prince, {numba.get_num_threads()} CPU threads", numba_cpu))
+    methods += others
     skipped = []
     if not gpu:
         skipped.append("the engine's and diffrax's GPU rows (JAX sees no GPU; their rows above ran on CPU)")
     if numba_cuda is None:
-        skipped.append("numba CUDA kernel (" + ("numba not installed" if numba is None else "no CUDA device") + ")")
+        skipped.append("numba CUDA kernel (" + ("numba not installed" if numba is None else "no GPU") + ")")
     if numba_cpu is None:
         skipped.append("numba on CPU (numba not installed)")
 
-    over_budget = set()
+    header = ("max |x - closed form|",)
+    rates = {}  # method -> points/s at the last size it ran: predicts its time at the next sizes
+    failed = {}  # method -> the size at which it raised: not tried again
     for n in sizes:
         qs = np.linspace(0.2, 3.0, n)
+        reference = checked(qs, args.check_points)
         rows = []
         for label, fn in methods:
-            if label in over_budget:
-                rows.append((label + f" [skipped: over {args.budget:.0f} s at a smaller size]", math.nan, None))
-                continue
-            # Warm-up (compilation) on the same sizes, then the best of two timed calls.
-            start = time.perf_counter()
-            values, seconds = best_of(lambda fn=fn, qs=qs: np.asarray(jax.block_until_ready(fn(qs))), repeat=2)
-            if time.perf_counter() - start > args.budget:
-                over_budget.add(label)
-            rows.append((label, n / seconds, max_error(values, qs, args.check_points)))
+            predicted = 3 * n / rates[label] if label in rates else 0.0
+            if label in failed:
+                row = (f"{label} [skipped: failed at {failed[label]:,} points]", math.nan, None)
+            elif predicted > args.budget:
+                row = (f"{label} [skipped: ~{predicted:.0f} s predicted, budget {args.budget:.0f} s]", math.nan, None)
+            else:
+                try:  # warm-up (compilation) on the same size, then the best of two timed calls
+                    values, seconds = best_of(lambda fn=fn, qs=qs: np.asarray(jax.block_until_ready(fn(qs))),
+                                              repeat=2)
+                    rates[label] = n / seconds
+                    row = (label, n / seconds, max_error(values, qs, args.check_points, reference))
+                except Exception as err:  # one failing method must not cost the others
+                    failed[label] = n
+                    first_line = (str(err).splitlines() or [""])[0][:160]
+                    row = (f"{label} [FAILED: {type(err).__name__}: {first_line}]", math.nan, None)
+                    print(f"{label} raised at {n:,} points:", file=sys.stderr)
+                    traceback.print_exc()
+            rows.append(row)
+            # Recorded at once, so that a run cut off by a timeout keeps what it measured.
+            record_row(row[0], row[1], points=n, ratio=row[1] / rows[0][1], errors=row[2:], headers=header)
         print_table(
             f"rolling-ball sweep, {n:,} points, rtol {pingpong.RTOL}, atol {pingpong.ATOL}, float64; "
             f"errors on {min(n, args.check_points):,} points; {machine()}",
-            rows, rows[0][0], ("max |x - closed form|",),
+            rows, rows[0][0], header, record=False,
         )
     for line in skipped:
         print(f"skipped: {line}")
+    if numba_cuda is None:
+        record_row("numba CUDA Dormand-Prince, one thread a point",
+                   note="skipped: " + ("numba not installed" if numba is None else "no GPU"))
+
+
+def _failing(err):
+    """A method that raises err when called (its row then says FAILED)."""
+    def fail(qs):
+        raise err
+    return fail
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ Run: `python benchmarks/stream_large.py [--study NAME] [--side N] [--workers N] 
 """
 
 import argparse
+import os
 import pathlib
 import resource
 import subprocess
@@ -34,6 +35,14 @@ SWEEPS = {
     "pingpong": (["final_displacement", "stop_time"],
                  {"spin_ratio": (0.2, 3.0), "initial_speed": (0.5, 5.0)}),
 }
+
+
+# The CLI as this interpreter runs it, from this checkout: never a `rollsweep`
+# looked for beside sys.executable (on a machine whose Python has no such
+# script, or another version of it, that lookup fails or runs the wrong code).
+ROLLSWEEP = [sys.executable, "-c", "import sys; from engine.cli import main; sys.exit(main())"]
+CHILD_ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    filter(None, [str(pathlib.Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")])))
 
 
 def sweep_text(study: str, side: int, out: pathlib.Path, shard_size: int, workers: int | None = None) -> str:
@@ -64,7 +73,6 @@ def main() -> int:
     parser.add_argument("--workers", type=int, help="shard threads (default: the engine's)")
     parser.add_argument("--keep", help="write the cube into this folder and keep it")
     args = parser.parse_args()
-    rollsweep = pathlib.Path(sys.executable).with_name("rollsweep")
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = pathlib.Path(args.keep or tmp)
@@ -75,11 +83,11 @@ def main() -> int:
         outputs, axes = SWEEPS[args.study]
         points = args.side**2
         print(f"{args.study}: {points:,} points, shards of {args.shard_size:,}, outputs {', '.join(outputs)}")
-        subprocess.run([rollsweep, "validate", config], check=True)
+        subprocess.run([*ROLLSWEEP, "validate", config], check=True, env=CHILD_ENV)
 
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        subprocess.run([rollsweep, "run", config, "--quiet", "--overwrite"], check=True)
+        subprocess.run([*ROLLSWEEP, "run", config, "--quiet", "--overwrite"], check=True, env=CHILD_ENV)
         seconds = time.perf_counter() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         # CPU time of the run (all its threads): on a shared machine, a measure of
@@ -87,7 +95,7 @@ def main() -> int:
         cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         # ru_maxrss of the waited-for children (KiB on Linux): the run's peak.
         peak = after.ru_maxrss * 1024
-        subprocess.run([rollsweep, "verify", out], check=True)
+        subprocess.run([*ROLLSWEEP, "verify", out], check=True, env=CHILD_ENV)
 
         import numpy as np
         import xarray as xr

@@ -19,11 +19,13 @@ import glob
 import os
 import sys
 import threading
+import uuid
 
 import jax
 import numpy as np
 
 from .c_source import CUDA_ENTRY, KernelSource, KernelUnsupported, generate
+from .host import cache_dir
 
 # Threads per CUDA block. Each thread holds a whole solve (float64 state,
 # stages, event log) in registers and local memory; 128 is a common start,
@@ -119,12 +121,40 @@ def arch_of(device=None) -> str:
 
 
 def compile_cubin(source: KernelSource, arch: str) -> bytes:
-    """The source compiled by NVRTC for `arch` (e.g. "sm_90"): a CUBIN. Needs no GPU."""
+    """The source compiled by NVRTC for `arch` (e.g. "sm_90"): a CUBIN. Needs no GPU.
+
+    Kept on disk beside the host kernels (engine.solve.kernel.host.cache_dir)
+    under the source's digest, the architecture and NVRTC's version: NVRTC
+    takes seconds a kernel, which every process of a run would pay again."""
     key = (source.digest, arch)
     with _lock:
         if key in _cubins:
             return _cubins[key]
     nvrtc = _nvrtc()
+    major, minor = _check(nvrtc, nvrtc.nvrtcVersion(), "nvrtcVersion")
+    stored = cache_dir() / f"{source.digest}-{arch}-nvrtc{major}.{minor}.cubin"
+    try:
+        cubin = stored.read_bytes()
+    except OSError:
+        cubin = _compile(nvrtc, source, arch)
+        _store(stored, cubin)
+    with _lock:
+        _cubins[key] = cubin
+    return cubin
+
+
+def _store(path, blob: bytes) -> None:
+    """Written whole or not at all; a cache that cannot be written costs the next process a compile."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(blob)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def _compile(nvrtc, source: KernelSource, arch: str) -> bytes:
     prog = _check(nvrtc, nvrtc.nvrtcCreateProgram(source.text.encode(), b"rollsweep_kernel.cu", 0, [], []),
                   "nvrtcCreateProgram")
     try:
@@ -137,8 +167,6 @@ def compile_cubin(source: KernelSource, arch: str) -> bytes:
         _check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-    with _lock:
-        _cubins[key] = cubin
     return cubin
 
 

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Source on the CUDA machine from the project's root, after
+# `bash benchmarks/gpu_wheels.sh .gpu` here and carrying .gpu there:
+#   source benchmarks/gpu_install.sh [.gpu]
+# Installs the wheels (no dependencies, no network) into /tmp/site, puts a
+# `rollsweep` command on PATH and sets the environment of every part.
+# The project itself is not copied: it runs from this working tree
+# (PYTHONPATH), and only its metadata is written to /tmp/site, so that
+# importlib.metadata finds the studies' entry points (no setuptools needed,
+# which that machine's venv may lack).
+_wheels=$(cd "${1:-.gpu}" && pwd) || return 1
+_site=${GPU_SITE:-/tmp/site}  # GPU_SITE: another folder, only to try this script elsewhere
+if [ ! -f "$_site/.ok" ]; then
+  export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1  # root there: no warning per wheel
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$_site" "$_wheels"/whl/*.whl || return 1
+  # An extra only where the machine lacks it (its import fails): never shadow its own versions.
+  for _whl in "$_wheels"/extra/*.whl; do
+    _mod=$(basename "$_whl" | cut -d- -f1 | tr 'A-Z' 'a-z')
+    [ "$_mod" = pyyaml ] && _mod=yaml
+    python3 -c "import $_mod" 2>/dev/null || {
+      echo "gpu_install: installing $(basename "$_whl") (no $_mod here)"
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+        --target "$_site-extra" "$_whl" || return 1; }
+  done
+  python3 - "$_site" <<'PY' || return 1
+import pathlib, sys, tomllib
+project = tomllib.loads(pathlib.Path("pyproject.toml").read_text())["project"]
+info = pathlib.Path(sys.argv[1]) / f"{project['name']}-{project['version']}.dist-info"
+info.mkdir(parents=True, exist_ok=True)
+(info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
+groups = {"console_scripts": project.get("scripts", {}), **project.get("entry-points", {})}
+(info / "entry_points.txt").write_text("".join(
+    f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items()) + "\n" for group, entries in groups.items()))
+PY
+  mkdir -p "$_site/bin"
+  # Never beside sys.executable: a wrapper on PATH that runs this tree's CLI.
+  printf '#!/usr/bin/env bash\nexec python3 -c "import sys; from engine.cli import main; sys.exit(main())" "$@"\n' \
+    > "$_site/bin/rollsweep"
+  chmod +x "$_site/bin/rollsweep"
+  touch "$_site/.ok"
+fi
+# The working tree first (its code, not a copy), the pinned wheels, then the
+# extras (that folder holds only what the machine lacked).
+export PYTHONPATH=$PWD:$_site:$_site-extra PATH=$_site/bin:$PATH PYTHONUNBUFFERED=1
+# JAX takes GPU memory as it needs it: the parts' processes (and pytest-xdist workers) share one GPU.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+unset _wheels _site _whl _mod

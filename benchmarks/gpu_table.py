@@ -1,0 +1,224 @@
+"""The one table of benchmarks/gpu_lease.sh, from the rows its parts recorded.
+
+ROWS (a JSON-lines file) gathers two kinds of line: rows a benchmark recorded
+itself as it measured them (_common.record_row, tagged with its part), and a
+`part` line that gpu_lease.sh adds after each part with its exit status, wall
+time and the rows read from its output (the summary lines of `rollsweep run`,
+pytest, stream_large.py). Standard library only: it must run even where the
+parts' dependencies failed to install.
+
+    python3 benchmarks/gpu_table.py record ROWS PART RC SECONDS LIMIT OUTPUT LOG
+    python3 benchmarks/gpu_table.py skip ROWS PART REASON
+    python3 benchmarks/gpu_table.py table ROWS          (the Markdown table on stdout)
+"""
+
+import json
+import math
+import pathlib
+import re
+import sys
+
+# What each part is, in the table's words (and in the order gpu_lease.sh runs them).
+TITLES = {
+    "install": "wheels installed (gpu_install.sh)",
+    "setup": "environment",
+    "tests": "fused and lane tests compiled for this device",
+    "rolling": "rolling ball, compiled calls (bench_gpu.py)",
+    "run1m": "rolling ball, `rollsweep run` end to end",
+    "kernel": "fused solver by kernel backend (bench_kernel.py)",
+    "bicycle": "bicycle (trail, speed) map, `rollsweep run`",
+    "landing": "serve landing map (gpu_landing.py)",
+    "stream": "rolling ball, 1e8 points streamed to zarr (stream_large.py)",
+}
+RUN_SUMMARY = re.compile(r"([\d,]+) points solved in ([\d.]+) s \(([\d,]+) points/s\), ([\d,]+) of them failed")
+PYTEST_SUMMARY = re.compile(r"^=*\s*((?:\d+ \w+(?:, )?)+)(?: in ([\d.]+)s)?", re.MULTILINE)
+
+
+def number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def parsed_rows(part: str, output: str, seconds: float) -> list[dict]:
+    """The rows a part's own output gives (benchmarks that record rows themselves give none here)."""
+    rows = []
+    if part in ("run1m", "bicycle"):
+        for points, solving, rate, failed in RUN_SUMMARY.findall(output):
+            rows.append({"method": "rollsweep run (default shards and batch)", "points": number(points),
+                         "rate": number(rate), "note": f"solving {float(solving):.1f} s; whole process "
+                         f"{seconds:.1f} s = {number(points) / seconds:,.0f} points/s wall; {failed} points failed"})
+    elif part == "tests":
+        summaries = [m for m in PYTEST_SUMMARY.finditer(output) if re.search(r"passed|failed|error", m.group(1))]
+        files = re.findall(r"tests/(\S+)\.py", output.split("\n", 1)[0])  # the first line: the command
+        if summaries:
+            counts, took = summaries[-1].groups()
+            note = counts + (f" in {float(took):.0f} s" if took else "")
+        else:  # cut off before its summary: count its progress characters (. passed, F failed, E error, s skipped)
+            progress = "".join(re.findall(r"^([.FEsxX]+)\s*(?:\[\s*\d+%\])?$", output, re.MULTILINE))
+            note = (f"before it was cut off: {progress.count('.')} passed, {progress.count('F')} failed, "
+                    f"{progress.count('E')} errors, {progress.count('s')} skipped")
+        rows.append({"method": "pytest -x " + ", ".join(files), "note": note})
+    elif part == "stream":
+        run = re.search(r"run:\s+([\d.,]+) s, ([\d,]+) points/s end to end", output)
+        points = re.search(r"^\w+: ([\d,]+) points, shards", output, re.MULTILINE)
+        details = [m.group(0).strip() for m in re.finditer(r"^(peak memory|cube on disk|read back):.*$", output,
+                                                           re.MULTILINE)]
+        if run:
+            rows.append({"method": "stream_large.py --study pingpong (rollsweep run, inline, shards of 2^20)",
+                         "points": number(points.group(1)) if points else None, "rate": number(run.group(2)),
+                         "note": f"run {run.group(1)} s; " + "; ".join(re.sub(r"\s+", " ", d) for d in details)})
+    elif part == "setup":
+        rows += [{"method": line.strip(), "note": "environment"} for line in output.splitlines()
+                 if line.startswith("machine:")]
+    return rows
+
+
+def kernel_rows(output: str) -> list[dict]:
+    """bench_kernel.py's rows: `backend points/s seconds error  chosen` under a
+    `rolling-ball sweep, N points` line; FAILED and skipped rows as notes."""
+    rows, points = [], None
+    smoke = "no GPU" in output  # its host and interpret-mode stand-ins: a smoke test, not a measurement
+    for text in output.splitlines():
+        size = re.match(r"rolling-ball sweep, ([\d,]+) points", text)
+        measured = re.match(r"(\w+)\s+([\d,]+)\s+([\d.]+)\s+([\d.e+-]+)\s+(.*)$", text)
+        on_device = re.match(r"(\w+)\*\s+([\d,]+)\s+([\d.]+)\s+(.*)$", text)  # the calls alone, no copies
+        other = re.match(r"(\w+)\s+(FAILED|skipped)\b\s*(?:nan\s+nan\s+)?(.*)$", text)
+        if size:
+            points = number(size.group(1))
+        elif measured and points:
+            backend, rate, _, error, why = measured.groups()
+            rows.append({"method": f"fused solver, kernel backend {backend}", "points": points, "rate": number(rate),
+                         "errors": {"max |x - closed form|": float(error)},
+                         "note": why + ("; no GPU: a smoke test, not a measurement" if smoke else "")})
+        elif on_device and points:
+            backend, rate, _, why = on_device.groups()
+            rows.append({"method": f"fused solver, kernel backend {backend}, inputs on the device", "points": points,
+                         "rate": number(rate), "note": why})
+        elif other and points:
+            backend, what, why = other.groups()
+            rows.append({"method": f"fused solver, kernel backend {backend}", "points": points,
+                         "note": f"{what}: {why.strip()}"})
+    return rows
+
+
+def last_error(output: str) -> str:
+    """The line that best says why a part failed: the last one naming an error, else the last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if re.search(r"Error|error:|FAILED|Traceback|Killed", line)]
+    return ((errors or lines or ["(no output)"])[-1])[:200]
+
+
+def record(rows_file, part, rc, seconds, limit, output_file, log):
+    output = pathlib.Path(output_file).read_text(errors="replace") if pathlib.Path(output_file).exists() else ""
+    rc, seconds, limit = int(rc), float(seconds), float(limit)
+    line = {"kind": "part", "part": part, "rc": rc, "seconds": seconds, "limit": limit, "log": log,
+            "rows": parsed_rows(part, output, seconds)}
+    if part == "kernel" and not any(r.get("part") == "kernel" for r in read(rows_file)):
+        line["rows"] += kernel_rows(output)  # bench_kernel.py prints its own table, records no rows
+    if rc:
+        why = f"timed out after {limit:.0f} s" if rc in (124, 137) else f"exit {rc}"
+        if part == "stream" and rc == 1 and line["rows"]:  # it ran to the end; its own check failed
+            line["failure"] = f"{why}: peak memory not below the cube's in-memory size (stream_large's check)"
+        elif rc in (124, 137):  # the rows above are what it measured before
+            line["failure"] = why
+        else:
+            line["failure"] = f"{why}; {last_error(output)}"
+    with open(rows_file, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def skip(rows_file, part, reason):
+    with open(rows_file, "a") as f:
+        f.write(json.dumps({"kind": "part", "part": part, "rc": None, "skipped": reason, "rows": []}) + "\n")
+
+
+def read(rows_file) -> list[dict]:
+    path = pathlib.Path(rows_file)
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut off by a killed process
+            pass
+    return out
+
+
+def cell(value, kind="") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if kind == "points":
+        return f"{value:,.0f}"
+    if kind == "rate":
+        return f"{value / 1e6:,.2f}M" if value >= 1e6 else f"{value:,.0f}"
+    if kind == "ratio":
+        return f"{value:.3g}"
+    if isinstance(value, float):
+        return f"{value:.1e}"
+    return str(value).replace("|", "\\|")  # a | inside a cell would end it
+
+
+def error_cell(errors: dict) -> str:
+    """One error value as it is; several (the landing map's) each with its name."""
+    shown = {name: value for name, value in (errors or {}).items() if value is not None}
+    if len(errors or {}) > 1:
+        return "; ".join(f"{name}: {cell(value)}" for name, value in shown.items())
+    return ", ".join(cell(value) for value in shown.values())
+
+
+def table(rows_file) -> str:
+    lines = read(rows_file)
+    measured = [r for r in lines if r.get("kind") == "row"]
+    parts = [r for r in lines if r.get("kind") == "part"]
+    # `rollsweep run` against the fused kernel's compiled calls at its size (else the default solver's).
+    rolling = [r for r in measured if r["part"] == "rolling" and r.get("rate")]
+    reference = {r["points"]: r["rate"] for r in rolling if "(default)" in r["method"]}
+    reference |= {r["points"]: r["rate"] for r in rolling if "fused" in r["method"]}
+    out = ["| part | method | points | points/s | ratio | max error | notes |", "|---|---|---|---|---|---|---|"]
+    for p in parts:
+        name, title = p["part"], TITLES.get(p["part"], p["part"])
+        # install and setup give no rows: their machine line heads the table (a failure still gets its row).
+        rows = [] if name in ("install", "setup") else [r for r in measured if r["part"] == name] + p["rows"]
+        for r in rows:
+            points, ratio = r.get("points"), r.get("ratio")
+            if points is None and r.get("title"):  # print_table's rows: the size is in the title
+                size = re.search(r"= ([\d,]+) points", r["title"])
+                points = number(size.group(1)) if size else None
+            if name == "run1m" and r.get("rate") and points in reference:
+                ratio = r["rate"] / reference[points]
+            cells = [title, cell(r["method"]), cell(points, "points"), cell(r.get("rate"), "rate"),
+                     cell(ratio, "ratio"), cell(error_cell(r.get("errors")) or "-"), cell(r.get("note") or "")]
+            out.append("| " + " | ".join(cells) + " |")
+        if p.get("skipped"):
+            out.append(f"| {title} | - | - | - | - | - | skipped: {cell(p['skipped'])} |")
+        elif p.get("failure"):
+            out.append(f"| {title} | **FAILED** | - | - | - | - | {cell(p['failure'])} (log: {p['log']}) |")
+        elif not rows and name not in ("install", "setup"):
+            out.append(f"| {title} | no rows | - | - | - | - | ran {p['seconds']:.0f} s; see {p['log']} |")
+    machine = [r["method"] for p in parts if p["part"] == "setup" for r in p["rows"]]
+    times = ", ".join(f"{p['part']} {p['seconds']:.0f}/{p['limit']:.0f} s" for p in parts if "seconds" in p)
+    head = ["# GPU measurements (benchmarks/gpu_lease.sh)", "", *(f"{m}  " for m in machine),
+            f"parts (wall/timeout): {times}", ""]
+    foot = ["", "ratio: rolling-ball rows, against the engine's default solver at the same size (the fused kernel "
+            "on a GPU); `rollsweep run`, against the fused kernel's compiled calls at the same size (else the "
+            "default solver's); landing rows, against the engine's compiled calls. max error: against the closed "
+            "form (rolling ball); against scipy DOP853 at rtol 1e-13 (landing: landing point, flight time, "
+            "outcomes that differ)."]
+    return "\n".join(head + out + foot) + "\n"
+
+
+def main(argv) -> int:
+    command, *args = argv
+    if command == "record":
+        record(*args)
+    elif command == "skip":
+        skip(*args)
+    elif command == "table":
+        sys.stdout.write(table(*args))
+    else:
+        raise SystemExit(__doc__)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
