@@ -36,6 +36,8 @@ export ROLLSWEEP_BENCH_ROWS=$ROWS
 part() {
     local name=$1 log=$2 limit=$3 left=$((DEADLINE - SECONDS))
     shift 3
+    # PARTS="tests run1m ...": only those parts (a follow-up run on a lent machine).
+    if [ -n "${PARTS:-}" ] && [[ " $PARTS " != *" ${name%%-*} "* ]]; then return; fi
     ((limit > left)) && limit=$left
     if ((limit < 10)); then
         python3 benchmarks/gpu_table.py skip "$ROWS" "$name" "no time left of the $BUDGET_S s budget"
@@ -91,7 +93,7 @@ fi
 TESTS=()
 for f in tests/test_fused.py tests/test_lane_structural.py tests/test_fused_outside.py \
     tests/test_outside_models.py tests/test_kernel_c.py; do [ -f "$f" ] && TESTS+=("$f"); done
-PYTEST=(python3 -m pytest -p no:cacheprovider -q -x "${TESTS[@]}")
+PYTEST=(python3 -m pytest -p no:cacheprovider -q --maxfail=10 "${TESTS[@]}")
 python3 -c 'import xdist' 2>/dev/null && PYTEST+=(-n 8)  # compiling is the cost: 8 processes on 16 cores
 [ "$SMALL" = 1 ] && PYTEST+=(-k default_solver)           # the trial: a few quick tests, the same parsing
 part tests tests.log 80 "${PYTEST[@]}"
@@ -118,8 +120,14 @@ out = "$WORK/run$n.zarr"
 EOF
 done
 RS=$(printf '%q ' "${ROLLSWEEP[@]}")
-part run1m runs.log 75 bash -c "$RS run $WORK/run$RUN_POINTS.toml --quiet &&
-    $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite && $RS run $WORK/run$((4 * RUN_POINTS)).toml --quiet"
+# KERNEL_BACKENDS="cuda pallas": the runs again with each kernel backend of the fused
+# solver (ROLLSWEEP_KERNEL_BACKEND); default: the engine's own choice.
+for backend in ${KERNEL_BACKENDS:-default}; do
+    part "run1m-$backend" runs.log 75 env ROLLSWEEP_KERNEL_BACKEND="${backend/default/}" bash -c "
+        $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite &&
+        $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite &&
+        $RS run $WORK/run$((4 * RUN_POINTS)).toml --quiet --overwrite"
+done
 
 # ---- 4. the fused solver's kernel backends (cuda, pallas), where a colleague's bench_kernel.py
 # exists (without a GPU it runs its host and interpret-mode stand-ins: a smoke test).

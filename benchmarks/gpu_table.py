@@ -41,7 +41,7 @@ def number(text: str) -> float:
 def parsed_rows(part: str, output: str, seconds: float) -> list[dict]:
     """The rows a part's own output gives (benchmarks that record rows themselves give none here)."""
     rows = []
-    if part in ("run1m", "bicycle"):
+    if part.startswith("run1m") or part == "bicycle":
         for points, solving, rate, failed in RUN_SUMMARY.findall(output):
             rows.append({"method": "rollsweep run (default shards and batch)", "points": number(points),
                          "rate": number(rate), "note": f"solving {float(solving):.1f} s; whole process "
@@ -176,7 +176,9 @@ def table(rows_file) -> str:
     reference |= {r["points"]: r["rate"] for r in rolling if "fused" in r["method"]}
     out = ["| part | method | points | points/s | ratio | max error | notes |", "|---|---|---|---|---|---|---|"]
     for p in parts:
-        name, title = p["part"], TITLES.get(p["part"], p["part"])
+        name = p["part"]
+        title = TITLES.get(name) or TITLES.get(name.split("-")[0], name) + (
+            f" ({name.split('-', 1)[1]} kernel backend)" if "-" in name else "")
         # install and setup give no rows: their machine line heads the table (a failure still gets its row).
         rows = [] if name in ("install", "setup") else [r for r in measured if r["part"] == name] + p["rows"]
         for r in rows:
@@ -184,7 +186,7 @@ def table(rows_file) -> str:
             if points is None and r.get("title"):  # print_table's rows: the size is in the title
                 size = re.search(r"= ([\d,]+) points", r["title"])
                 points = number(size.group(1)) if size else None
-            if name == "run1m" and r.get("rate") and points in reference:
+            if name.startswith("run1m") and r.get("rate") and points in reference:
                 ratio = r["rate"] / reference[points]
             cells = [title, cell(r["method"]), cell(points, "points"), cell(r.get("rate"), "rate"),
                      cell(ratio, "ratio"), cell(error_cell(r.get("errors")) or "-"), cell(r.get("note") or "")]

@@ -100,12 +100,14 @@ def check_memory(sweep: Sweep, workers: int = 1, plan: Plan | None = None) -> Co
     host memory, or whose compiled calls would not fit in the accelerator's."""
     cost = estimate(sweep, workers, plan)
     memory = cost.device_memory
-    if memory is not None and cost.call_bytes * workers > memory:
+    # The calls in flight are spread over the plan's devices, each with its own memory.
+    per_device = -(-workers // (plan or plan_for(sweep)).device.count)
+    if memory is not None and cost.call_bytes * per_device > memory:
         raise ConfigError(
             sweep.file,
             "run.batch_size",
             f"a compiled call needs ~{cost.call_bytes / 2**30:.1f} GiB of device memory, "
-            f"{workers} at once, but the device has {memory / 2**30:.1f} GiB; lower batch_size",
+            f"{per_device} at once on a device, but the device has {memory / 2**30:.1f} GiB; lower batch_size",
         )
     if cost.shard_bytes > cost.memory_budget:
         batch_heavy = sweep.batch_size is not None and cost.call_bytes > cost.shard_bytes / 2

@@ -202,7 +202,10 @@ def _kernel_outputs(study, settings, selected, batch=16):
     plan = make_plan(study, solver="fused", batch=batch)
     fn = SOLVERS["fused"].batch_function(study, settings, selected, plan)
     params = {p.name: jax.ShapeDtypeStruct((batch,), jnp.float64) for p in study.parameters}
-    (call,) = [e for e in jax.make_jaxpr(fn)(params).jaxpr.eqns if e.primitive.name == "pallas_call"]
+    # The kernel's call, whichever backend runs it: Pallas, or the generated
+    # kernel through buffer_callback (the default on a GPU).
+    kernels = {"pallas_call", "buffer_callback"}
+    (call,) = [e for e in jax.make_jaxpr(fn)(params).jaxpr.eqns if e.primitive.name in kernels]
     return call.outvars
 
 
