@@ -41,7 +41,7 @@ def number(text: str) -> float:
 def parsed_rows(part: str, output: str, seconds: float) -> list[dict]:
     """The rows a part's own output gives (benchmarks that record rows themselves give none here)."""
     rows = []
-    if part.startswith("run1m") or part == "bicycle":
+    if part.startswith(("run1m", "bicycle")):
         for points, solving, rate, failed in RUN_SUMMARY.findall(output):
             rows.append({"method": "rollsweep run (default shards and batch)", "points": number(points),
                          "rate": number(rate), "note": f"solving {float(solving):.1f} s; whole process "
@@ -177,8 +177,9 @@ def table(rows_file) -> str:
     out = ["| part | method | points | points/s | ratio | max error | notes |", "|---|---|---|---|---|---|---|"]
     for p in parts:
         name = p["part"]
-        title = TITLES.get(name) or TITLES.get(name.split("-")[0], name) + (
-            f" ({name.split('-', 1)[1]} kernel backend)" if "-" in name else "")
+        base, _, variant = name.partition("-")
+        title = TITLES.get(name) or TITLES.get(base, name) + (
+            f" ({variant} kernel backend)" if base == "run1m" else f" ({variant})" if variant else "")
         # install and setup give no rows: their machine line heads the table (a failure still gets its row).
         rows = [] if name in ("install", "setup") else [r for r in measured if r["part"] == name] + p["rows"]
         for r in rows:
