@@ -93,10 +93,10 @@ fi
 TESTS=()
 for f in tests/test_fused.py tests/test_lane_structural.py tests/test_fused_outside.py \
     tests/test_outside_models.py tests/test_kernel_c.py; do [ -f "$f" ] && TESTS+=("$f"); done
-PYTEST=(python3 -m pytest -p no:cacheprovider -q --maxfail=10 "${TESTS[@]}")
+PYTEST=(python3 -m pytest -p no:cacheprovider -p no:benchmark -q -rf --maxfail=10 "${TESTS[@]}")
 python3 -c 'import xdist' 2>/dev/null && PYTEST+=(-n 8)  # compiling is the cost: 8 processes on 16 cores
 [ "$SMALL" = 1 ] && PYTEST+=(-k default_solver)           # the trial: a few quick tests, the same parsing
-part tests tests.log 80 "${PYTEST[@]}"
+part tests tests.log 90 "${PYTEST[@]}"
 
 # ---- 2. rolling ball: each engine solver's compiled calls, plain jit(vmap(diffrax)), numba
 # on the CPU threads and numba-CUDA, against the closed form.

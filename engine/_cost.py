@@ -73,7 +73,9 @@ def estimate(sweep: Sweep, workers: int = 1, plan: Plan | None = None) -> Cost:
     aim = task_points(plan, grid.n_points, workers)
     # A task holds whole shards: at most its aim and one shard less, or one shard.
     held = max(shard_points, min(grid.n_points, aim + shard_points - 1))
-    shard_bytes = held * n_values * 8 * _COPIES + call_bytes
+    # A call's working memory is the host's on CPU, the device's on an accelerator
+    # (checked against the device's memory in check_memory).
+    shard_bytes = held * n_values * 8 * _COPIES + (0 if plan.device.accelerator else call_bytes)
     budget = memory_bytes() // (2 * max(1, workers))
     return Cost(
         points=grid.n_points,
