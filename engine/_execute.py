@@ -28,7 +28,6 @@ from ._lock import locked
 from ._shard import record_failure, run_or_record
 from ._tasks import Task, group, task_points
 from .solve.base import Plan
-from .solve.plan import solver_of
 from .solve.device import detect as detect_device
 from .solve.device import local_devices
 
@@ -117,14 +116,9 @@ def pending_shards(sweep: Sweep, path) -> list[tuple[str, int, int]]:
 THREADS_PER_CORE = 2
 # On an accelerator the calls of a device share it and its memory (a call plans on
 # 1/DEVICE_SHARE of it): two threads a device keep it busy while either does host
-# work, where no plan says more.
+# work. More did not help: 1e8 rolling-ball points streamed into a cube on one
+# H200 (16 cores), 9.05M points/s with 2 threads, 8.57M with 6.
 ACCELERATOR_THREADS = 2
-# With a plan, a thread per this many host cores and device, as many as the
-# device's memory holds calls of the plan: a task's thread spends most of its
-# time on the host (its results copied out, checksummed, compressed, written).
-# Measured on one H200 (16 cores), 1e8 rolling-ball points streamed into a cube
-# with 2 threads: 9.05M points/s, the GPU idle most of the time.
-CORES_PER_ACCELERATOR_THREAD = 2
 
 
 def default_workers(executor: str, sweep: Sweep | None = None, plan: Plan | None = None) -> int:
@@ -145,20 +139,11 @@ def default_workers(executor: str, sweep: Sweep | None = None, plan: Plan | None
     if executor == "local":
         return device.count
     if device.accelerator:
-        return accelerator_threads(plan) * device.count
+        return ACCELERATOR_THREADS * device.count
     threads = THREADS_PER_CORE * device.cores
     if sweep is not None and not _cost.fits_in_memory(sweep, threads, plan):
         threads = device.cores  # large tasks: the extra threads would only cost memory
     return max(threads, device.count)  # at least a thread per device (CPU devices forced by XLA_FLAGS)
-
-
-def accelerator_threads(plan: Plan | None) -> int:
-    """Task threads per accelerator device (see CORES_PER_ACCELERATOR_THREAD)."""
-    if plan is None or not plan.device.memory:
-        return ACCELERATOR_THREADS
-    fit = plan.device.memory // max(1, solver_of(plan).working_bytes(plan))
-    share = plan.device.cores // (CORES_PER_ACCELERATOR_THREAD * plan.device.count)
-    return max(1, min(fit, max(ACCELERATOR_THREADS, share)))
 
 
 def worker_threads(workers: int, plan: Plan | None = None) -> int:

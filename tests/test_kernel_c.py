@@ -192,8 +192,10 @@ def _host(fn, in_dtypes, out_dtypes):
 
 
 def _reference(fn, columns):
-    """fn point by point, each point a one-lane vector (as the kernel sees it)."""
-    with float64_here():
+    """fn point by point, each point a one-lane vector (as the kernel sees it),
+    by XLA:CPU, whose semantics the host build follows (on an H200, XLA:GPU's
+    float64 -> float32 conversion of values beyond float32's range differed)."""
+    with float64_here(), jax.default_device(jax.devices("cpu")[0]):
         jitted = jax.jit(fn)
         outs = [jitted(*[jnp.asarray(c[i:i + 1]) for c in columns]) for i in range(len(columns[0]))]
     return [np.concatenate([np.asarray(o[k]) for o in outs]) for k in range(len(outs[0]))]
