@@ -33,7 +33,7 @@ MAX_SHARDS = 1_000_000
 SHARD_SIZE = 4096
 # A sweep that sets no shard_size is cut into about this many shards, each at
 # least SHARD_SIZE points (or the study's batch) and at most MAX_DEFAULT_SHARD.
-SHARDS_PER_SWEEP = 64
+SHARDS_PER_SWEEP = 16
 MAX_DEFAULT_SHARD = 1 << 20
 # Step and segment counters are int32 on the device; far below that, a point that
 # needs more than this many steps per segment is better given looser tolerances.
@@ -244,7 +244,7 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
 
 def default_shard_size(study, shape: tuple[int, ...]) -> int:
     """Points per shard when the sweep does not say: a SHARDS_PER_SWEEP-th of
-    the grid (a power of two), at least one compiled call of the study's batch
+    the grid (rounded down to a power of two), at least one compiled call of the study's batch
     where it declares one, else SHARD_SIZE, and at most MAX_DEFAULT_SHARD.
 
     A study declares a small batch because its points are costly (the hoop:
@@ -257,7 +257,10 @@ def default_shard_size(study, shape: tuple[int, ...]) -> int:
     solve shards together in tasks, engine._tasks, but write them one file
     each). It depends on the sweep and the study alone, never on the machine:
     a store made on one machine resumes on another with the same shards.
-    Doubled while the grid would have more than MAX_SHARDS shards.
+    Doubled while the grid would have more than MAX_SHARDS shards. Measured
+    (rolling ball, 400,000 points, 2 cores, one process, warm): a 64th of the
+    grid, shards of 4,096, 320k points/s, 35% of the threads' time in the
+    store's writes; a 16th, shards of 16,384, 515k points/s, 11%.
     """
     smallest = study.batch_size or SHARD_SIZE
     share = math.prod(shape) // SHARDS_PER_SWEEP

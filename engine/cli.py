@@ -226,7 +226,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--workers",
         type=int,
-        help="local: worker processes (default: one per device, a shard per core on threads); inline: threads "
+        help="local: worker processes (default: one per device, a task per core on threads); inline: threads "
              "(default: two per core or per GPU, spread over the devices)",
     )
     p.add_argument("--scheduler", help="address of an existing dask scheduler, e.g. tcp://host:8786")

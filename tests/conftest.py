@@ -20,6 +20,16 @@ def sweep_file(folder: pathlib.Path, body: str, name="sweep.toml") -> pathlib.Pa
     return path
 
 
+def assert_rolling_ball_closed_form(columns, result, output, closed_form):
+    """Every point of a rolling-ball solve a success, and its `output` the closed
+    form's (tests/pingpong_closed_form.py) to the solver's accuracy (rtol 1e-10
+    by default)."""
+    np.testing.assert_array_equal(result.status, 1)  # engine.Status.SUCCESS
+    points = [{k: columns[k][i] for k in PINGPONG_DEFAULTS} for i in range(len(result.status))]
+    expected = np.array([closed_form(p) for p in points])
+    np.testing.assert_allclose(result.outputs[output], expected, rtol=0, atol=1e-9)
+
+
 def cubes_identical(a, b) -> bool:
     """Bitwise equality of every variable and coordinate of two loaded cubes."""
     names = set(a.variables) | set(b.variables)

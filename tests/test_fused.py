@@ -31,7 +31,7 @@ from studies.pingpong import STUDY as PINGPONG
 from studies.rebound import LANDING
 
 import pingpong_closed_form as cf
-from conftest import PINGPONG_DEFAULTS
+from conftest import PINGPONG_DEFAULTS, assert_rolling_ball_closed_form
 
 GPU = Device(platform="gpu", memory=16 * 2**30)
 
@@ -63,11 +63,7 @@ def ball():
 ])
 def test_rolling_ball_matches_closed_forms(ball, output, closed_form):
     columns, results = ball
-    result = results["fused"]
-    np.testing.assert_array_equal(result.status, Status.SUCCESS)
-    points = [{k: columns[k][i] for k in PINGPONG_DEFAULTS} for i in range(len(result.status))]
-    expected = np.array([closed_form(p) for p in points])
-    np.testing.assert_allclose(result.outputs[output], expected, rtol=0, atol=1e-9)
+    assert_rolling_ball_closed_form(columns, results["fused"], output, closed_form)
 
 
 def _agree(fused, reference):

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from jax import lax
 from test_fused_outside import RESPONSE_SETTINGS, _response_columns
-from test_outside_models import BLOCK, G, NATURAL, SETTINGS, _columns, impact_time
+from test_outside_models import BLOCK, NATURAL, SETTINGS, G, _columns, impact_time
 
 from engine import SolverSettings, Status
 from engine._jax_setup import float64_here
@@ -37,7 +37,7 @@ from studies.pingpong import STUDY as PINGPONG
 from studies.rebound import LANDING
 
 import pingpong_closed_form as cf
-from conftest import PINGPONG_DEFAULTS
+from conftest import PINGPONG_DEFAULTS, assert_rolling_ball_closed_form
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                                 reason="no C compiler to build the generated kernel for the host")
@@ -93,12 +93,7 @@ def ball():
 ])
 def test_rolling_ball_matches_closed_forms(ball, output, closed_form):
     columns, results = ball
-    result = results["fused"]
-    np.testing.assert_array_equal(result.status, Status.SUCCESS)
-    points = [{k: columns[k][i] for k in PINGPONG_DEFAULTS} for i in range(len(result.status))]
-    expected = np.array([closed_form(p) for p in points])
-    # The solver's accuracy (rtol 1e-10 by default), as the Pallas kernel's test asks.
-    np.testing.assert_allclose(result.outputs[output], expected, rtol=0, atol=1e-9)
+    assert_rolling_ball_closed_form(columns, results["fused"], output, closed_form)
 
 
 def test_rolling_ball_is_the_lanes_solve(ball):
@@ -260,13 +255,17 @@ def test_integer_and_boolean_operations():
 def test_float_functions():
     x = np.array([0.1, 0.5, 1.5, 2.0, 10.0, 0.0, -0.3, np.inf, np.nan])
     y = np.array([1.0, -2.0, 0.3, 7.0, 0.1, -0.0, 2.0, 1.0, 1.0])
-    same_everywhere = lambda x, y: (x + y, x - y, x * y, x / y, lax.rem(x, y), jnp.sqrt(x), jnp.abs(x),
-                                    jnp.isfinite(x).astype(jnp.int32), jnp.square(x), lax.nextafter(x, y),
-                                    (x < y).astype(jnp.int32), (x != y).astype(jnp.int32))
+    def same_everywhere(x, y):
+        return (x + y, x - y, x * y, x / y, lax.rem(x, y), jnp.sqrt(x), jnp.abs(x),
+                jnp.isfinite(x).astype(jnp.int32), jnp.square(x), lax.nextafter(x, y),
+                (x < y).astype(jnp.int32), (x != y).astype(jnp.int32))
+
     _same(same_everywhere, [x, y], [np.float64] * 7 + [np.int32, np.float64, np.float64, np.int32, np.int32])
     # libm against XLA's own approximations (rsqrt included: XLA's is not 1/sqrt): to a few units in the last place
-    fns = lambda x, y: (lax.rsqrt(x), jnp.exp(x), jnp.log(x), jnp.sin(x), jnp.cos(x), jnp.tan(x), jnp.arctan2(x, y), jnp.tanh(x),
-                        jnp.expm1(x), jnp.log1p(x), jnp.power(x, y), jnp.cbrt(x), jax.nn.sigmoid(x))
+    def fns(x, y):
+        return (lax.rsqrt(x), jnp.exp(x), jnp.log(x), jnp.sin(x), jnp.cos(x), jnp.tan(x), jnp.arctan2(x, y),
+                jnp.tanh(x), jnp.expm1(x), jnp.log1p(x), jnp.power(x, y), jnp.cbrt(x), jax.nn.sigmoid(x))
+
     finite = np.isfinite(x)
     got = _host(fns, [np.float64] * 2, [np.float64] * 13).run_numpy(x[finite], y[finite])
     want = _reference(fns, [x[finite], y[finite]])

@@ -1,4 +1,4 @@
-"""The shards of a sweep that sets no shard_size: a 64th of the grid, at
+"""The shards of a sweep that sets no shard_size: a 16th of the grid, at
 least one call of the study's batch where the study declares one (its points
 are costly: the hoop), else engine._config.SHARD_SIZE points, at most
 MAX_DEFAULT_SHARD, doubled while the grid would need more than MAX_SHARDS
@@ -32,8 +32,8 @@ def test_a_study_without_a_batch_gets_the_engine_default(tmp_path):
 
 def test_a_large_grid_of_cheap_points_gets_large_shards(tmp_path):
     sweep = _sweep(tmp_path, "pingpong", "spin_ratio = { linspace = [0.0, 3.0, 1000000] }")
-    assert sweep.shard_size == 8192  # 10^6 / 64 = 15,625, as a power of two
-    assert estimate(sweep).shards == 123
+    assert sweep.shard_size == 32768  # 10^6 / 16 = 62,500, as a power of two
+    assert estimate(sweep).shards == 31
     huge = _sweep(tmp_path, "pingpong", "spin_ratio = { linspace = [0.0, 3.0, 10000] }\n"
                   "drag = { linspace = [0.05, 0.2, 10000] }")
     assert huge.shard_size == config.MAX_DEFAULT_SHARD

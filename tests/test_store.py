@@ -14,8 +14,8 @@ import pytest
 
 from engine import Status
 from engine._config import load_sweep
-from engine._cube import StoreError, digest, done_shards, open_cube
 from engine._cost import plan_for
+from engine._cube import StoreError, digest, done_shards, open_cube
 from engine._execute import default_workers, run
 from engine._tasks import task_points
 

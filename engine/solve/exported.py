@@ -20,12 +20,12 @@ import hashlib
 import json
 import os
 import pathlib
-import uuid
 
 import jax
 
 from .._jax_setup import cache_dir
 from .._provenance import folder_digest, package_version, study_folder
+from ._atomic_file import write_whole
 from .device import current_device
 from .kernel import ENV as KERNEL_BACKEND
 
@@ -82,18 +82,6 @@ def _load(path: pathlib.Path):
         return None
 
 
-def _store(path: pathlib.Path, blob: bytes) -> None:
-    """Written whole or not at all (other processes may read it at any time); a
-    cache that cannot be written costs the next process a trace, nothing else."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(blob)
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-
-
 def program(make, key: str | None, args):
     """A jitted callable of the batch function for arguments like `args`: the
     stored program under `key` where there is one, else `make()` (the jitted
@@ -115,7 +103,7 @@ def program(make, key: str | None, args):
         blob = export.export(jitted, platforms=platforms)(*args).serialize()
     except Exception:  # noqa: BLE001 - not exportable: traced in every process, as without a cache
         return jitted
-    _store(path, blob)
+    write_whole(path, blob)
     # The same deserialized program a later process will call, for bitwise
     # equal results and one persistent-cache entry.
     return jax.jit(export.deserialize(bytearray(blob)).call)

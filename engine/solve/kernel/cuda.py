@@ -19,11 +19,11 @@ import glob
 import os
 import sys
 import threading
-import uuid
 
 import jax
 import numpy as np
 
+from .._atomic_file import write_whole
 from .c_source import CUDA_ENTRY, KernelSource, KernelUnsupported, generate
 from .host import cache_dir
 
@@ -137,21 +137,10 @@ def compile_cubin(source: KernelSource, arch: str) -> bytes:
         cubin = stored.read_bytes()
     except OSError:
         cubin = _compile(nvrtc, source, arch)
-        _store(stored, cubin)
+        write_whole(stored, cubin)
     with _lock:
         _cubins[key] = cubin
     return cubin
-
-
-def _store(path, blob: bytes) -> None:
-    """Written whole or not at all; a cache that cannot be written costs the next process a compile."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(blob)
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
 
 
 def _compile(nvrtc, source: KernelSource, arch: str) -> bytes:
