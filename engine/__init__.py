@@ -1,11 +1,9 @@
 """rollsweep's engine: generic machinery for batch parameter studies."""
 
 from . import _accessor  # noqa: F401 - registers ds.rollsweep
-from ._config import ConfigError as ConfigError
 from ._config import Sweep as Sweep
 from ._config import load_sweep as load_sweep
 from ._config import parse_sweep as parse_sweep
-from ._cube import StoreError as StoreError
 from ._cube import open_cube as open_cube
 from ._execute import RunReport as RunReport
 from ._execute import run as run
@@ -19,6 +17,8 @@ from ._study import Study as Study
 from ._study import available_studies as available_studies
 from ._study import demo_configs as demo_configs
 from ._study import load_study as load_study
+from .errors import ConfigError as ConfigError
+from .errors import StoreError as StoreError
 from .solve.hybrid import HybridPoint as HybridPoint
 from .solve.hybrid import HybridSolution as HybridSolution
 from .solve.hybrid import HybridSystem as HybridSystem

@@ -16,7 +16,9 @@ import tomllib
 import numpy as np
 
 from ._layout import Layout, chunk_shape
+from ._slurm import _checked
 from ._study import Study, load_study
+from .errors import ConfigError
 from .solve.settings import DTYPES, SOLVERS, SolverSettings, tolerance_floor
 
 TOP_LEVEL_KEYS = {"study", "outputs", "parameter_file", "parameters", "axes", "solver", "critical", "run", "slurm"}
@@ -44,14 +46,6 @@ MAX_WORKERS = 1024  # worker processes or threads of one run
 LOG_EXPONENTS = (-307.0, 308.0)
 # Out paths that are virtual file systems: writing a store there fails or does harm.
 VIRTUAL_ROOTS = ("/proc", "/sys", "/dev")
-
-
-class ConfigError(ValueError):
-    """A sweep file is invalid: `file: key: reason`."""
-
-    def __init__(self, file, key: str, reason: str):
-        self.file, self.key, self.reason = str(file), key, reason
-        super().__init__(f"{file}: {key}: {reason}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,8 +311,6 @@ def plain(value) -> str:
 def _check_slurm(table: dict, file) -> None:
     """The [slurm] table's keys and types, whatever the executor: a typo is
     reported by `validate` and every run, not only when a SLURM run starts."""
-    from ._slurm import _checked  # imports this module
-
     _checked(table, str(file))
 
 

@@ -4,9 +4,10 @@ import dataclasses
 import math
 
 from ._allocation import memory_bytes
-from ._config import ConfigError, Sweep
-from ._layout import Layout, chunk_shape
+from ._config import Sweep
+from ._layout import layouts
 from ._tasks import task_points
+from .errors import ConfigError
 from .solve.base import Plan
 from .solve.plan import make_plan, solver_of
 
@@ -44,16 +45,6 @@ class Cost:
                 f"~{self.critical_points * CRITICAL_EVALUATIONS:,} extra point solves"
             )
         return "\n".join(lines)
-
-
-def layouts(sweep: Sweep) -> tuple[Layout, Layout | None]:
-    """The grid layout and, with [critical], the layout over the other axes."""
-    chunks = chunk_shape(sweep.shape, sweep.shard_size)
-    grid = Layout(sweep.shape, chunks)
-    if sweep.critical is None:
-        return grid, None
-    keep = [i for i, name in enumerate(sweep.axis_names) if name != sweep.critical.axis]
-    return grid, Layout(tuple(sweep.shape[i] for i in keep), tuple(chunks[i] for i in keep))
 
 
 def plan_for(sweep: Sweep) -> Plan:

@@ -26,10 +26,11 @@ import zarr.codecs
 
 from ._aio import sync
 from ._config import Sweep, check_out
-from ._cost import layouts, plan_for
-from ._lock import StoreError, acquire, release
+from ._layout import layouts
+from ._lock import acquire, release
 from ._provenance import provenance, study_fingerprint
 from ._status import status_attrs
+from .errors import StoreError
 
 MARKERS = "_rollsweep"
 GRID, CRITICAL = "grid", "critical"
@@ -80,9 +81,10 @@ def _placeholder(shape, fill, dtype="float64"):
     return da.full(shape, fill, dtype=dtype, chunks=shape or -1, name=name)
 
 
-def structure(sweep: Sweep, plan) -> tuple[xr.Dataset, dict]:
+def structure(sweep: Sweep, platform: str | None = None) -> tuple[xr.Dataset, dict]:
     """The empty cube as a lazy Dataset (coordinates, variables, attributes),
-    and each variable's zarr chunks; `plan`: the run's (for its provenance)."""
+    and each variable's zarr chunks; `platform`: where the run solves (its
+    provenance's device)."""
     study = sweep.study
     grid, critical = layouts(sweep)
     dims = sweep.axis_names
@@ -132,7 +134,7 @@ def structure(sweep: Sweep, plan) -> tuple[xr.Dataset, dict]:
     ds = xr.Dataset(data, coords=coords)
     for name, p in sweep.parameters.items():
         ds.attrs[f"parameter.{name}"] = p
-    ds.attrs.update(provenance(sweep, plan))
+    ds.attrs.update(provenance(sweep, platform))
     ds.attrs["store_format"] = STORE_FORMAT
     return ds, chunks
 
@@ -158,10 +160,10 @@ def _encoding(ds: xr.Dataset, chunks: dict) -> dict:
     return encoding
 
 
-def create(sweep: Sweep, path: pathlib.Path, plan) -> None:
+def create(sweep: Sweep, path: pathlib.Path, platform: str | None = None) -> None:
     """Write the empty cube at `path`, all or nothing."""
     path = pathlib.Path(path)
-    ds, chunks = structure(sweep, plan)
+    ds, chunks = structure(sweep, platform)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
         with _quiet_zarr():
@@ -178,38 +180,39 @@ def create(sweep: Sweep, path: pathlib.Path, plan) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def prepare(sweep: Sweep, path, overwrite: bool = False, plan=None) -> str:
+def prepare(sweep: Sweep, path, overwrite: bool = False, platform: str | None = None) -> str:
     """Own the store, then create it, or check that an existing one belongs to this
     config and drop the done markers of shards whose data is damaged.
 
     Ownership (`locked`) is taken before anything is created or replaced and is
     kept by this process: the `locked(path)` block that follows (the run) takes
-    it over and releases it at its end. `plan`: the run's (made here where not
-    given: a submission, which solves nothing here). Returns "created" or "resumed".
+    it over and releases it at its end. `platform`: where the run solves (its
+    plan's device, for the cube's provenance; None: JAX's default backend, as
+    for a submission, which solves nothing here). Returns "created" or "resumed".
     """
     path = pathlib.Path(path)
     check_out(path, sweep.file, "run.out")
     path.parent.mkdir(parents=True, exist_ok=True)
     took = acquire(path, handover=True)
     try:
-        return _prepare_owned(sweep, path, overwrite, plan or plan_for(sweep))
+        return _prepare_owned(sweep, path, overwrite, platform)
     except BaseException:
         if took:  # refused or interrupted: the run that would take it over never starts
             release(path)
         raise
 
 
-def _prepare_owned(sweep: Sweep, path: pathlib.Path, overwrite: bool, plan) -> str:
+def _prepare_owned(sweep: Sweep, path: pathlib.Path, overwrite: bool, platform: str | None) -> str:
     _remove_leftovers(path)
     if not path.exists():
-        create(sweep, path, plan)
+        create(sweep, path, platform)
         return "created"
     attrs = read_attrs(path)
     found = attrs.get("config_hash")
     if found is None:
         raise StoreError(f"{path}: exists and is not a rollsweep cube; choose another --out")
     if overwrite:  # afresh, whatever the store holds: the way to solve every point again
-        create(sweep, path, plan)
+        create(sweep, path, platform)
         return "created"
     if found != sweep.config_hash:
         raise StoreError(

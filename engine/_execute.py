@@ -20,13 +20,15 @@ import time
 from tqdm.auto import tqdm
 
 from . import _cost
-from ._config import ConfigError, Sweep
-from ._cost import check_memory, layouts, plan_for
+from ._config import Sweep
+from ._cost import check_memory, plan_for
 from ._cube import CRITICAL, GRID, done_shards, prepare, slurm_folder
 from ._jax_setup import SINGLE_THREAD_XLA, check_device, configure, task_settings
+from ._layout import layouts
 from ._lock import locked
 from ._shard import record_failure, run_or_record
 from ._tasks import Task, group, task_points
+from .errors import ConfigError
 from .solve.base import Plan
 from .solve.device import detect as detect_device
 from .solve.device import local_devices
@@ -327,7 +329,7 @@ def run(
     check_memory(sweep, in_flight(executor, workers, plan), plan)
     configure()
     path = sweep.out
-    state = prepare(sweep, path, overwrite=overwrite, plan=plan)
+    state = prepare(sweep, path, overwrite=overwrite, platform=plan.device.platform)
     with locked(path):
         return _run_locked(sweep, plan, path, state, executor, workers, scheduler, resources, progress)
 

@@ -53,3 +53,12 @@ class Layout:
     def shard_points(self, shard: int) -> int:
         return math.prod(s.stop - s.start for s in self.region(shard))
 
+
+def layouts(sweep) -> tuple[Layout, Layout | None]:
+    """The grid layout and, with [critical], the layout over the other axes."""
+    chunks = chunk_shape(sweep.shape, sweep.shard_size)
+    grid = Layout(sweep.shape, chunks)
+    if sweep.critical is None:
+        return grid, None
+    keep = [i for i, name in enumerate(sweep.axis_names) if name != sweep.critical.axis]
+    return grid, Layout(tuple(sweep.shape[i] for i in keep), tuple(chunks[i] for i in keep))

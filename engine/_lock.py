@@ -15,10 +15,7 @@ import socket
 import threading
 import time
 
-
-class StoreError(RuntimeError):
-    """A store cannot be used for this run (another config, not a cube, in use, ...)."""
-
+from .errors import StoreError
 
 _OWNER = re.compile(r"pid (\d+) on (\S+)")
 

@@ -5,8 +5,9 @@ import tomllib
 
 import numpy as np
 
-from ._cube import StoreError, open_cube, read_attrs
+from ._cube import open_cube, read_attrs
 from ._study import load_study
+from .errors import StoreError
 
 # matplotlib is imported by plot_cube: the studies import scale_axes at every
 # run, which never draws.

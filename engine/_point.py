@@ -10,7 +10,8 @@ import math
 
 import numpy as np
 
-from ._config import ConfigError, Sweep, _Checker, plain
+from ._config import Sweep, _Checker, plain
+from .errors import ConfigError
 
 WHERE = "<command line>"
 

@@ -95,8 +95,9 @@ def devices(platform: str | None = None) -> str:
     return f"{found[0].platform}:{found[0].device_kind}" + (f" x{len(found)}" if len(found) > 1 else "")
 
 
-def provenance(sweep, plan) -> dict:
-    """The cube's provenance attributes; `plan`: the run's (its device is the cube's)."""
+def provenance(sweep, platform: str | None) -> dict:
+    """The cube's provenance attributes; `platform`: where the run solves (its
+    plan's device; None: JAX's default backend)."""
     from . import __version__
 
     return {
@@ -117,6 +118,6 @@ def provenance(sweep, plan) -> dict:
         "atol": sweep.solver.atol,
         "git_commit": git_commit(),
         "versions": dict(versions()),  # a copy: the cached one stays as found
-        "device": devices(plan.device.platform),
+        "device": devices(platform),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

@@ -13,8 +13,8 @@ import traceback
 import numpy as np
 
 from ._config import Sweep
-from ._cost import layouts
 from ._cube import CRITICAL, GRID, critical_name, mark_done, mark_failed, write_regions
+from ._layout import layouts
 from ._provenance import device, study_folder
 from ._status import Status
 from ._tasks import Task

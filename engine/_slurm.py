@@ -18,8 +18,8 @@ import sys
 import time
 import tomllib
 
-from ._config import ConfigError
 from ._jax_setup import REQUIRE_GPU
+from .errors import ConfigError
 
 _CHECKOUT = pathlib.Path(__file__).resolve().parent.parent
 _CONFIG_HOME = pathlib.Path(os.environ.get("XDG_CONFIG_HOME", pathlib.Path.home() / ".config"))

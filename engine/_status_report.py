@@ -2,9 +2,9 @@
 
 import dataclasses
 
-from ._cost import layouts
 from ._cube import CRITICAL, GRID, cube_sweep, failed_shards
 from ._devices import describe_devices
+from ._layout import layouts
 from ._lock import writer
 from ._status import Status
 from ._verify import check_shards

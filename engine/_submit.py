@@ -9,10 +9,11 @@ import sys
 import cloudpickle
 
 from ._config import Sweep
-from ._cost import check_memory, fits_in_memory, layouts, plan_for
+from ._cost import check_memory, fits_in_memory, plan_for
 from ._cube import CRITICAL, GRID, done_shards, prepare, slurm_folder
 from ._execute import default_workers, inline_results, pending_shards
 from ._jax_setup import DeviceError, check_device, configure
+from ._layout import layouts
 from ._lock import locked
 from ._shard import record_failure
 from ._slurm import array_script, check_script, read_share, resolve, sbatch, write_share

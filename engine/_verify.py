@@ -12,7 +12,6 @@ import math
 import numpy as np
 import zarr
 
-from ._cost import layouts
 from ._cube import (
     CRITICAL,
     GRID,
@@ -24,6 +23,7 @@ from ._cube import (
     read_attrs,
     read_markers,
 )
+from ._layout import layouts
 from ._status import Status
 
 # Values read at once while checking: block rows of shards are read together (one

@@ -7,8 +7,8 @@ import signal
 import sys
 import threading
 
-from ._config import ConfigError, check_workers, load_sweep
-from ._cube import StoreError
+from ._config import check_workers, load_sweep
+from .errors import ConfigError, StoreError
 
 EXIT_BAD_INPUT = 2
 EXIT_PARTIAL = 3  # verify: what is done is sound, but not every shard is

@@ -1,0 +1,13 @@
+"""The errors several layers raise; imports nothing of the engine's."""
+
+
+class ConfigError(ValueError):
+    """A sweep file is invalid: `file: key: reason`."""
+
+    def __init__(self, file, key: str, reason: str):
+        self.file, self.key, self.reason = str(file), key, reason
+        super().__init__(f"{file}: {key}: {reason}")
+
+
+class StoreError(RuntimeError):
+    """A store cannot be used for this run (another config, not a cube, in use, ...)."""
