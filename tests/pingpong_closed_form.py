@@ -154,3 +154,10 @@ def critical_spin_ratio(p=None, /, bracket=(1.0, 3.0), **kw):
     def f(q):
         return final_displacement(P, spin_ratio=q)
     return brentq(f, *bracket, xtol=1e-15, rtol=4 * EPS, maxiter=1000)
+
+
+# Each output of the study with its closed form, for tests that check them all.
+CLOSED_FORMS = [
+    ("final_displacement", final_displacement), ("slide_end_time", slide_end_time),
+    ("stop_time", stop_time), ("roll_start_speed", roll_start_speed),
+]

@@ -57,10 +57,7 @@ def ball():
     return columns, {s: _solve(PINGPONG, s, columns) for s in ("fused", "lanes")}
 
 
-@pytest.mark.parametrize("output, closed_form", [
-    ("final_displacement", cf.final_displacement), ("slide_end_time", cf.slide_end_time),
-    ("stop_time", cf.stop_time), ("roll_start_speed", cf.roll_start_speed),
-])
+@pytest.mark.parametrize("output, closed_form", cf.CLOSED_FORMS)
 def test_rolling_ball_matches_closed_forms(ball, output, closed_form):
     columns, results = ball
     assert_rolling_ball_closed_form(columns, results["fused"], output, closed_form)
@@ -219,15 +216,20 @@ def _ball_with(field):
 
 
 ERF_BALL = _ball_with(lambda t, y, p: jnp.stack([y[1], -9.81 * erf(1.0 + 0 * y[1])]))
-def test_serve_landing_agrees_with_the_lanes():
-    """A study with a reset, a terminal net event and an event log read by its
-    finish: every outcome class of the landing map (in, net, out, double bounce)."""
-    rng = np.random.default_rng(1)
-    n = 32
+def landing_columns(n=32, seed=1):
+    """Serves of the landing map spread over every outcome class."""
+    rng = np.random.default_rng(seed)
     columns = {p.name: np.full(n, p.default) for p in LANDING.parameters}
     columns["launch_speed"] = rng.uniform(3.0, 25.0, n)
     columns["elevation"] = rng.uniform(-10.0, 40.0, n)
     columns["topspin"] = rng.uniform(-300.0, 300.0, n)
+    return columns
+
+
+def test_serve_landing_agrees_with_the_lanes():
+    """A study with a reset, a terminal net event and an event log read by its
+    finish: every outcome class of the landing map (in, net, out, double bounce)."""
+    columns = landing_columns()
     fused, lanes = (_solve(LANDING, s, columns) for s in ("fused", "lanes"))
     assert len(set(lanes.outputs["outcome"][lanes.status == Status.SUCCESS])) >= 3  # several outcome classes
     np.testing.assert_array_equal(fused.status, lanes.status)

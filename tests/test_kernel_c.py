@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
+from test_fused import landing_columns
 from test_fused_outside import RESPONSE_SETTINGS, _response_columns
 from test_outside_models import BLOCK, NATURAL, SETTINGS, G, _columns, impact_time
 
@@ -87,10 +88,7 @@ def ball():
     return columns, {s: _solve(PINGPONG, s, columns) for s in ("fused", "lanes")}
 
 
-@pytest.mark.parametrize("output, closed_form", [
-    ("final_displacement", cf.final_displacement), ("slide_end_time", cf.slide_end_time),
-    ("stop_time", cf.stop_time), ("roll_start_speed", cf.roll_start_speed),
-])
+@pytest.mark.parametrize("output, closed_form", cf.CLOSED_FORMS)
 def test_rolling_ball_matches_closed_forms(ball, output, closed_form):
     columns, results = ball
     assert_rolling_ball_closed_form(columns, results["fused"], output, closed_form)
@@ -108,12 +106,7 @@ def test_rolling_ball_is_the_lanes_solve(ball):
 
 
 def test_serve_landing_agrees_with_the_lanes():
-    rng = np.random.default_rng(1)
-    n = 32
-    columns = {p.name: np.full(n, p.default) for p in LANDING.parameters}
-    columns["launch_speed"] = rng.uniform(3.0, 25.0, n)
-    columns["elevation"] = rng.uniform(-10.0, 40.0, n)
-    columns["topspin"] = rng.uniform(-300.0, 300.0, n)
+    columns = landing_columns()
     fused, lanes = (_solve(LANDING, s, columns, batch=32) for s in ("fused", "lanes"))
     assert len(set(lanes.outputs["outcome"][lanes.status == Status.SUCCESS])) >= 3
     np.testing.assert_array_equal(fused.status, lanes.status)
