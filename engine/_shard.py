@@ -44,6 +44,16 @@ def _by_shard(task: Task, arrays: dict) -> list[dict]:
     return [{k: v[a:b] for k, v in arrays.items()} for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
 
 
+def _regions(layout, task: Task, arrays: dict) -> list:
+    """Each shard's (region, its arrays shaped like the region) from a task's flat arrays."""
+    regions = []
+    for shard, values in zip(task.shards, _by_shard(task, arrays), strict=True):
+        region = layout.region(shard)
+        shape = tuple(s.stop - s.start for s in region)
+        regions.append((region, {k: v.reshape(shape + v.shape[1:]) for k, v in values.items()}))
+    return regions
+
+
 def run_grid_task(sweep: Sweep, plan: Plan, path, task: Task) -> dict:
     grid, _ = layouts(sweep)
     columns = _task_points(grid, task, [a.values for a in sweep.axes])
@@ -51,12 +61,7 @@ def run_grid_task(sweep: Sweep, plan: Plan, path, task: Task) -> dict:
     params = _point_params(sweep, sweep.axis_names, columns, task.points)
     result = evaluate(sweep.study, sweep.solver, params, outputs=sweep.outputs, plan=plan)
     flat = dict(result.outputs, status=result.status, num_steps=result.num_steps, num_events=result.num_events)
-    regions = []
-    for shard, values in zip(task.shards, _by_shard(task, flat), strict=True):
-        region = grid.region(shard)
-        shape = tuple(s.stop - s.start for s in region)
-        regions.append((region, {k: v.reshape(shape + v.shape[1:]) for k, v in values.items()}))
-    return _finish(path, task, result.status, start, write_regions(path, regions))
+    return _finish(path, task, result.status, start, write_regions(path, _regions(grid, task, flat)))
 
 
 def run_critical_task(sweep: Sweep, plan: Plan, path, task: Task) -> dict:
@@ -77,11 +82,7 @@ def run_critical_task(sweep: Sweep, plan: Plan, path, task: Task) -> dict:
     # searched together find the roots they would find apart.
     roots, status = find_critical(output_at, c.bracket, c.target, c.xtol, task.points)
     name = critical_name(sweep)
-    regions = []
-    for shard, values in zip(task.shards, _by_shard(task, {name: roots, f"{name}_status": status}), strict=True):
-        region = layout.region(shard)
-        shape = tuple(s.stop - s.start for s in region)
-        regions.append((region, {k: v.reshape(shape) for k, v in values.items()}))
+    regions = _regions(layout, task, {name: roots, f"{name}_status": status})
     return _finish(path, task, status, start, write_regions(path, regions))
 
 
