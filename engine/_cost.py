@@ -23,7 +23,7 @@ class Cost:
     points: int
     shards: int
     shard_points: int
-    shard_bytes: int  # memory of one task in flight (its shards' arrays and its calls), at least one shard's
+    shard_bytes: int  # host memory of one task in flight (its shards' arrays; on CPU its calls too)
     task_points: int  # points a task aims at (engine._tasks)
     critical_points: int
     critical_shards: int
@@ -91,10 +91,11 @@ def fits_in_memory(sweep: Sweep, workers: int, plan: Plan | None = None) -> bool
 def check_memory(sweep: Sweep, workers: int = 1, plan: Plan | None = None) -> Cost:
     """Refuse a sweep whose tasks (`workers` of them at once) would not fit in
     host memory, or whose compiled calls would not fit in the accelerator's."""
+    plan = plan or plan_for(sweep)
     cost = estimate(sweep, workers, plan)
     memory = cost.device_memory
     # The calls in flight are spread over the plan's devices, each with its own memory.
-    per_device = -(-workers // (plan or plan_for(sweep)).device.count)
+    per_device = -(-workers // plan.device.count)
     if memory is not None and cost.call_bytes * per_device > memory:
         raise ConfigError(
             sweep.file,

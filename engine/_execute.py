@@ -100,13 +100,13 @@ class RunReport:
 def pending_shards(sweep: Sweep, path) -> list[tuple[str, int, int]]:
     """(kind, shard, points) of every shard without a done marker, grid first."""
     grid, critical = layouts(sweep)
-    tasks = []
+    pending = []
     for kind, layout in ((GRID, grid), (CRITICAL, critical)):
         if layout is None:
             continue
         done = done_shards(path, kind)
-        tasks += [(kind, s, layout.shard_points(s)) for s in range(layout.n_shards) if s not in done]
-    return tasks
+        pending += [(kind, s, layout.shard_points(s)) for s in range(layout.n_shards) if s not in done]
+    return pending
 
 
 # Inline shard threads per core on CPU. A shard's thread also waits where its
