@@ -14,8 +14,7 @@ not a measurement (e.g. --sizes 1000).
 
 One process runs both backends: the backend is read when a plan's batch
 function is built, so between backends the evaluated-function cache is
-cleared and the exported-program store bypassed (it is keyed without the
-backend, and a stored Pallas program would otherwise be reused).
+cleared (the exported-program store names the backend in its key).
 Run: python benchmarks/bench_kernel.py --sizes 100000 1000000 10000000
 """
 
@@ -24,7 +23,6 @@ import math
 import os
 import time
 import traceback
-from unittest import mock
 
 import numpy as np
 from _common import add_tests_to_path, best_of, machine
@@ -57,7 +55,7 @@ def _evaluate_module():
 def sweep_with(backend: str):
     """(description of the backend the fused solver uses, function of the spin ratios)."""
     from engine import SolverSettings
-    from engine.solve import detect, evaluate, exported, make_plan
+    from engine.solve import detect, evaluate, make_plan
     from engine.solve.kernel import kernel_backend
     from studies.pingpong import STUDY
 
@@ -72,9 +70,8 @@ def sweep_with(backend: str):
         # Fixed parameters as a run passes them (one value seen n times: made on the device).
         columns = {k: np.broadcast_to(np.float64(v), qs.shape) for k, v in pingpong.P.items()} | {
             "spin_ratio": qs}
-        with mock.patch.object(exported, "program", lambda make, key, args: make()):
-            return evaluate(STUDY, settings, columns, plan=plan, outputs=["final_displacement"]).outputs[
-                "final_displacement"]
+        return evaluate(STUDY, settings, columns, plan=plan, outputs=["final_displacement"]).outputs[
+            "final_displacement"]
 
     def on_device(qs):
         """The same compiled batch function called on inputs already on the device,

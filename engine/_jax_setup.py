@@ -16,11 +16,17 @@ REQUIRE_GPU = "ROLLSWEEP_REQUIRE_GPU"
 CACHE_VARIABLE = "ROLLSWEEP_CACHE"
 
 
+def user_cache() -> pathlib.Path:
+    """rollsweep's folder in the user's cache ($XDG_CACHE_HOME, else ~/.cache):
+    a compiled program is the user's, never the project's."""
+    return pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "rollsweep"
+
+
 def cache_dir() -> pathlib.Path | None:
-    """The user's cache folder (a compiled program is the user's, never the project's)."""
+    """The folder of JAX's compiled programs and the exported traces."""
     if CACHE_VARIABLE in os.environ:
         return pathlib.Path(os.environ[CACHE_VARIABLE]).expanduser() if os.environ[CACHE_VARIABLE] else None
-    return pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "rollsweep" / "jax"
+    return user_cache() / "jax"
 
 
 def configure() -> None:

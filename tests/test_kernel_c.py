@@ -53,8 +53,9 @@ def _kernel_cache(tmp_path_factory):
 
 def _solve(study, solver, columns, settings=None, batch=64):
     """A batch solved; the fused solver's kernel by the host backend. The
-    batch function is built afresh (no program stored or cached by another
-    test with the Pallas backend: their keys do not name the backend)."""
+    batch function is built afresh (the process's cache of batch functions
+    does not name the kernel backend) and not exported (a program calling the
+    host kernel cannot be: the attempt would only trace it twice)."""
     settings = settings or SolverSettings()
     env = {ENV: "host"} if solver == "fused" else {}
     evaluate_module = sys.modules["engine.solve.evaluate"]

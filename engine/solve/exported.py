@@ -18,7 +18,6 @@ and warm runs compile the same module and give bitwise the same results.
 import functools
 import hashlib
 import json
-import os
 import pathlib
 
 import jax
@@ -27,7 +26,7 @@ from .._jax_setup import cache_dir
 from .._provenance import folder_digest, package_version, study_folder
 from ._atomic_file import write_whole
 from .device import current_device
-from .kernel import ENV as KERNEL_BACKEND
+from .kernel import requested as requested_kernel
 
 # Version of the key and the file format: a change invalidates every entry.
 FORMAT = 1
@@ -62,7 +61,7 @@ def program_key(study, settings, selected, plan, args) -> str | None:
         "plan": [plan.solver, plan.batch, plan.width, plan.device.platform],
         # The fused solver's kernel backend as asked for (engine.solve.kernel):
         # a program of one backend is never served for another.
-        "kernel": os.environ.get(KERNEL_BACKEND, "") if plan.solver == "fused" else "",
+        "kernel": (requested_kernel() or "") if plan.solver == "fused" else "",
         "args": [str(tree)] + [[jax.tree_util.keystr(p), list(v.shape), str(v.dtype)] for p, v in leaves],
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

@@ -27,6 +27,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from ..._jax_setup import user_cache
 from .c_source import HOST_ENTRY, KernelSource, KernelUnsupported, generate
 
 FLAGS = ("-O2", "-fPIC", "-shared", "-std=c11", "-ffp-contract=off", "-fno-fast-math")
@@ -49,9 +50,8 @@ def compiler() -> str | None:
 
 
 def cache_dir() -> Path:
-    """Where compiled kernels are kept: $XDG_CACHE_HOME/rollsweep/kernels (~/.cache by default)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "rollsweep" / "kernels"
+    """Where compiled kernels are kept: the user's rollsweep cache, `kernels`."""
+    return user_cache() / "kernels"
 
 
 def _version(cc: str) -> str:
