@@ -123,7 +123,7 @@ def in_study_order(study, names) -> tuple[str, ...]:
 
 
 def machine() -> str:
-    from engine._allocation import cores
+    from engine.solve.allocation import cores
 
     threads = f", numba {numba.get_num_threads()} threads" if numba is not None else ", numba not installed"
     return f"{cores()} cores, jax {jax.__version__} on {jax.devices()[0].platform}{threads}"

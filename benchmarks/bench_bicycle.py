@@ -186,7 +186,7 @@ def main():
         rows.append((name, idx.size / seconds, table, set_error(eig, exact[idx])))
 
     from engine import SolverSettings, parse_sweep
-    from engine._cost import plan_for
+    from engine.runner.cost import plan_for
     from engine.solve import evaluate
     from studies.bicycle import STUDY
 

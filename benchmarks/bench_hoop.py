@@ -265,7 +265,7 @@ def main():
     rows = []
 
     from engine import SolverSettings, parse_sweep
-    from engine._cost import plan_for
+    from engine.runner.cost import plan_for
     from engine.solve import evaluate
     from studies.hoop import STUDY
 

@@ -56,7 +56,7 @@ def sweep_with(backend: str):
     """(description of the backend the fused solver uses, function of the spin ratios)."""
     from engine import SolverSettings
     from engine.solve import detect, evaluate, make_plan
-    from engine.solve.kernel import kernel_backend
+    from engine.solve.kernel.backends import kernel_backend
     from studies.pingpong import STUDY
 
     settings = SolverSettings(rtol=pingpong.RTOL, atol=pingpong.ATOL)

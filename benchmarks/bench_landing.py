@@ -205,7 +205,7 @@ def main():
             differing.append(f"{name}: " + ", ".join(f"{a} -> {b}: {pairs.count((a, b))}" for a, b in found))
 
     from engine import SolverSettings, parse_sweep
-    from engine._cost import plan_for
+    from engine.runner.cost import plan_for
     from engine.solve import evaluate
     from studies.rebound import LANDING
 
@@ -228,7 +228,8 @@ def main():
     settings = SolverSettings(rtol=RTOL, atol=ATOL, t_max=T_MAX, max_segments=MAX_SEGMENTS)
     result, seconds = best_of(lambda: evaluate(LANDING, settings, columns, outputs=selected, plan=plan), repeat=2,
                               warmup=False)
-    record(f"engine: compiled calls only ({plan.solver}, batch {plan.batch}, width {plan.width}, one call at a time)",
+    record(f"engine: compiled calls only ({plan.solver.name}, batch {plan.batch}, width {plan.width}, "
+           "one call at a time)",
            seconds, n,
            [result.outputs[k] for k in OUTPUTS])
     some = np.random.default_rng(0).permutation(n)[:4096]

@@ -231,8 +231,8 @@ def main():
     args = parser.parse_args()
     if args.quick:
         args.points, args.scipy_points, args.pairs = 20_000, 20, 2
-    from engine._allocation import cores
-    from engine._execute import default_workers
+    from engine.runner.execute import default_workers
+    from engine.solve.allocation import cores
 
     threads = default_workers("inline")
     args.shard_size = args.shard_size or shards_for(args.points, threads)
@@ -282,15 +282,15 @@ def main():
     settings = SolverSettings(rtol=RTOL, atol=ATOL)
     batch = min(args.shard_size, qs.size)
     lanes_curve = []
-    for lanes in (250, 500, 1000, 1024, 2000, 4000):  # 1,024: slow on large calls (engine/_cost.py)
-        _, seconds = best_of(lambda n=lanes: evaluate(STUDY, settings, columns, batch, wanted, lanes=n))
+    for lanes in (250, 500, 1000, 1024, 2000, 4000):  # 1,024: slow on large calls (engine/runner/cost.py)
+        _, seconds = best_of(lambda n=lanes: evaluate(STUDY, settings, columns, batch, wanted, solver="lanes", width=n))
         lanes_curve.append((lanes, args.points / seconds))
     result, seconds = best_of(lambda: evaluate(STUDY, settings, columns, batch, wanted))
     record(f"engine: compiled calls only, one thread ({batch:,} points, lanes)", seconds, args.points,
            result.outputs["final_displacement"])
     vmap_curve = []
     for size in (256, 4096):
-        out, seconds = best_of(lambda b=size: evaluate(STUDY, settings, columns, b, wanted, lanes=0), repeat=1)
+        out, seconds = best_of(lambda b=size: evaluate(STUDY, settings, columns, b, wanted, solver="vmapped"), repeat=1)
         vmap_curve.append((size, args.points / seconds))
     fastest_vmap = max(rate for _, rate in vmap_curve)
     record("engine: compiled calls, vmap of the point solve (no lanes)", args.points / fastest_vmap,
@@ -301,12 +301,12 @@ def main():
     bad = {k: v[:4096].copy() for k, v in columns.items()}
     bad["rolling_resistance"][7] = 1e-300  # creeps for ~5e3 s: runs out of steps
     long_settings = SolverSettings(rtol=RTOL, atol=ATOL, t_max=1e6)
-    for label, lanes in (("lanes", None), ("vmap", 0)):
+    for label, solver in (("lanes", "lanes"), ("vmap", "vmapped")):
         clean = {k: v[:4096] for k, v in columns.items()}
         _, t_clean = best_of(
-            lambda lanes=lanes, clean=clean: evaluate(STUDY, long_settings, clean, 4096, lanes=lanes), repeat=1
+            lambda solver=solver, clean=clean: evaluate(STUDY, long_settings, clean, 4096, solver=solver), repeat=1
         )
-        _, t_bad = best_of(lambda lanes=lanes: evaluate(STUDY, long_settings, bad, 4096, lanes=lanes), repeat=1)
+        _, t_bad = best_of(lambda solver=solver: evaluate(STUDY, long_settings, bad, 4096, solver=solver), repeat=1)
         stall[label] = t_bad / t_clean
 
     # ---- the baselines

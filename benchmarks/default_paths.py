@@ -40,7 +40,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def rollsweep(*args) -> float:
     """Wall seconds of one `rollsweep ...` process (from this checkout, whatever
     Python runs it: no script looked for beside the interpreter)."""
-    command = [sys.executable, "-c", "import sys; from engine.cli import main; sys.exit(main())", *args]
+    command = [sys.executable, "-c", "import sys; from engine.cli.commands import main; sys.exit(main())", *args]
     start = time.perf_counter()
     subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
                    env=os.environ | {"PYTHONPATH": str(ROOT)})

@@ -58,7 +58,7 @@ def main():
         record_row(row[0], row[1], points=n, ratio=row[1] / rows[0][1], errors=row[2:], headers=HEADERS)
 
     from engine import SolverSettings, parse_sweep
-    from engine._cost import plan_for
+    from engine.runner.cost import plan_for
     from engine.solve import evaluate
     from studies.rebound import LANDING
 
@@ -77,7 +77,7 @@ def main():
         outputs = evaluate(LANDING, settings, columns, outputs=selected, plan=plan).outputs
         return [outputs[k] for k in landing.OUTPUTS]
 
-    measure(f"engine: compiled calls ({plan.solver} on {plan.device.platform}, batch {plan.batch:,})", engine)
+    measure(f"engine: compiled calls ({plan.solver.name} on {plan.device.platform}, batch {plan.batch:,})", engine)
 
     plain = landing.diffrax_landing()
     inputs = [jnp.asarray(a) for a in (speed, elevation, spin)]

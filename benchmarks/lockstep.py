@@ -42,7 +42,6 @@ def rolling_ball(points: int = POINTS) -> tuple[list[Call], np.ndarray]:
     the closed form's final displacements there."""
     from engine import SolverSettings
     from engine.solve import make_plan
-    from engine.solve.plan import solver_of
     from studies.pingpong import STUDY
 
     qs = np.linspace(0.2, 3.0, points)
@@ -53,7 +52,7 @@ def rolling_ball(points: int = POINTS) -> tuple[list[Call], np.ndarray]:
     params["spin_ratio"] = jnp.asarray(np.resize(qs, plan.batch))
 
     def engine():
-        run = solver_of(plan).batch_function(STUDY, settings, ("final_displacement",), plan)
+        run = plan.solver.batch_function(STUDY, settings, ("final_displacement",), plan)
         return lambda params, count: run(params, count)[0]["final_displacement"]
 
     def plain():

@@ -29,16 +29,16 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 # Runs in the child: the CLI's own `run`, with the end of the first shard
-# (engine._shard._finish, after its region is written) and the stages before it
+# (engine.runner.shard._finish, after its region is written) and the stages before it
 # time-stamped on the wall clock, written to a JSON file at exit.
 CHILD = r"""
 import json, sys, time
 stamps = {}
 import atexit
 atexit.register(lambda: open(sys.argv[1], "w").write(json.dumps(stamps)))
-import engine.cli as cli
+import engine.cli.commands as cli
 stamps["cli imported"] = time.time()
-import engine._shard as shard, engine._execute as execute, engine._cube as cube
+import engine.runner.shard as shard, engine.runner.execute as execute
 finish, prepare = shard._finish, execute.prepare
 def timed_finish(*args, **kwargs):
     out = finish(*args, **kwargs)

@@ -40,7 +40,7 @@ SWEEPS = {
 # The CLI as this interpreter runs it, from this checkout: never a `rollsweep`
 # looked for beside sys.executable (on a machine whose Python has no such
 # script, or another version of it, that lookup fails or runs the wrong code).
-ROLLSWEEP = [sys.executable, "-c", "import sys; from engine.cli import main; sys.exit(main())"]
+ROLLSWEEP = [sys.executable, "-c", "import sys; from engine.cli.commands import main; sys.exit(main())"]
 CHILD_ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(
     filter(None, [str(pathlib.Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")])))
 

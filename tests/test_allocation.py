@@ -5,7 +5,7 @@ import os
 import psutil
 import pytest
 
-from engine._allocation import cores, memory_bytes
+from engine.solve.allocation import cores, memory_bytes
 
 GIB = 1 << 30
 SLURM_VARS = ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE", "SLURM_MEM_PER_NODE", "SLURM_MEM_PER_CPU")

@@ -7,13 +7,14 @@ import sys
 
 import pytest
 
-import engine._study
-from engine._config import ConfigError, load_sweep
-from engine._cube import failed_shards, read_attrs, read_markers
-from engine._demo import run_demo
-from engine._execute import RunReport, run
+import engine.study.interface
 from engine._jax_setup import cache_dir
-from engine.cli import _summary, main
+from engine.cli.commands import _summary, main
+from engine.cli.demo import run_demo
+from engine.cube.markers import Markers
+from engine.cube.store import Cube
+from engine.runner.execute import RunReport, run
+from engine.sweep.config import ConfigError, load_sweep
 
 from conftest import sweep_file
 
@@ -59,7 +60,7 @@ def toy(tmp_path, monkeypatch):
         return {"toy": lambda: sys.modules["toy_study._model"].STUDY}
 
     registered.cache_clear = lambda: None
-    monkeypatch.setattr(engine._study, "_registered", registered)
+    monkeypatch.setattr(engine.study.interface, "_registered", registered)
 
     def write(key="a", limit=10.0, defaults="{}"):
         (package / "_model.py").write_text(MODEL.format(key=key, limit=limit, defaults=defaults))
@@ -95,7 +96,7 @@ def test_failed_shard_names_the_study_file_and_line(toy, tmp_path, capsys):
     toy(key="gravty")
     path = toy_sweep(tmp_path)
     assert main(["run", str(path), "--quiet"]) == 1
-    errors = {f["error"] for f in failed_shards(tmp_path / "toy.zarr")}
+    errors = {f["error"] for f in Markers(tmp_path / "toy.zarr").failed()}
     line, caller = (next(i for i, text in enumerate(MODEL.splitlines(), 1) if code in text)
                     for code in ("return 2 * params", "ok, _double(params)"))
     assert errors == {f"KeyError: 'gravty' (toy_study/_model.py:{line} in _double; "
@@ -151,15 +152,15 @@ def test_rerun_after_a_study_fix_solves_the_failed_shards_again(toy, tmp_path):
     sweep = load_sweep(toy_sweep(tmp_path))
     first = run(sweep, progress=False)
     assert first.failed_points == 2
-    made_by = read_attrs(sweep.out)["study_fingerprint"]
+    made_by = Cube(sweep.out).attrs["study_fingerprint"]
     assert run(sweep, progress=False).state == "complete"  # same code: nothing to do
     toy(limit=10.0)  # the fix
     sweep = load_sweep(toy_sweep(tmp_path))
     again = run(sweep, progress=False)
     assert again.state.startswith("resumed; the study's code changed") and again.shards_run == 1, again
     assert again.failed_points == 0
-    assert read_attrs(sweep.out)["study_fingerprint"] not in (made_by, "unknown")
-    assert all(m["failed"] == 0 for m in read_markers(sweep.out, "grid").values())
+    assert Cube(sweep.out).attrs["study_fingerprint"] not in (made_by, "unknown")
+    assert all(m["failed"] == 0 for m in Markers(sweep.out).read("grid").values())
 
 
 def test_overwrite_starts_afresh_with_the_same_config(toy, tmp_path):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.cli import main
+from engine.cli.commands import main
 from studies.bicycle import BENCHMARK, load_design
 from studies.bicycle._parameters import BENCHMARK_FILE
 

@@ -2,7 +2,7 @@
 
 import jax
 
-from engine.cli import main
+from engine.cli.commands import main
 
 
 def test_studies_lists_pingpong_with_units(capsys):

@@ -4,7 +4,7 @@ import pathlib
 
 import pytest
 
-from engine.cli import main
+from engine.cli.commands import main
 
 from conftest import sweep_file
 
@@ -118,7 +118,7 @@ def test_whole_axis_check_agrees_with_value_by_value():
 
     import numpy as np
 
-    from engine._study import Interval, Parameter
+    from engine.study.interface import Interval, Parameter
 
     def plain(v, a, integer):
         above = v > a.lower if a.lower_open else v >= a.lower
@@ -190,14 +190,14 @@ def test_disk_error_names_the_store_not_the_sweep(tmp_path, capsys, monkeypatch)
     nothing done yet, no advice to resume."""
     import errno
 
-    import engine._cube
+    from engine.cube.store import Cube
 
     path, out = _good(tmp_path)
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(engine._cube, "create", full)
+    monkeypatch.setattr(Cube, "create", full)
     assert main(["run", str(path), "--quiet"]) == 2
     line = _one_line_error(capsys, f"{out}: No space left on device")
     assert str(path) not in line and "resume" not in line
@@ -208,7 +208,7 @@ def test_disk_error_names_the_store_not_the_sweep(tmp_path, capsys, monkeypatch)
 def test_axis_overflow_raises_no_numpy_warning(spec):
     import warnings
 
-    from engine._config import ConfigError, parse_sweep
+    from engine.sweep.config import ConfigError, parse_sweep
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a numpy RuntimeWarning would fail here

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import available_studies
-from engine.cli import main
+from engine.cli.commands import main
 
 SWEEPS = [text for name, load in sorted(available_studies().items()) for text in load().demo_configs.values()]
 ERROR = re.compile(r"^rollsweep: error: (?P<file>[^:]+): (?P<key>[^:]+): (?P<reason>.+)$")

@@ -10,9 +10,9 @@ only to the digits it has.
 import numpy as np
 import pytest
 
-from engine._config import load_sweep
-from engine._cube import open_cube
-from engine._execute import run
+from engine.cube.store import open_cube
+from engine.runner.execute import run
+from engine.sweep.config import load_sweep
 
 import pingpong_closed_form as cf
 from conftest import PINGPONG_DEFAULTS

@@ -8,11 +8,12 @@ solves only that shard again, to a cube identical to an undamaged one.
 
 import pytest
 
-from engine._config import load_sweep
-from engine._cube import marker_path, open_cube
-from engine._execute import run
-from engine._status_report import progress
-from engine.cli import main
+from engine.cli.commands import main
+from engine.cube.markers import Markers
+from engine.cube.status_report import progress
+from engine.cube.store import open_cube
+from engine.runner.execute import run
+from engine.sweep.config import load_sweep
 
 from conftest import cubes_identical, sweep_file
 
@@ -106,7 +107,7 @@ def test_empty_or_corrupt_marker_means_not_done(tmp_path, capsys, reference, con
     path = sweep_file(tmp_path, _sweep_text(tmp_path / "cube.zarr"))
     sweep = load_sweep(path)
     run(sweep, progress=False)
-    marker_path(sweep.out, "grid", 1).write_text(content)
+    Markers(sweep.out).done_path("grid", 1).write_text(content)
 
     assert main(["status", str(sweep.out)]) == 0
     out = capsys.readouterr().out

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from engine import SolverSettings
-from engine._config import load_sweep
-from engine._cube import open_cube
-from engine._execute import run
+from engine.cube.store import open_cube
+from engine.runner.execute import run
 from engine.solve import evaluate, make_plan
 from engine.solve.vmapped import VmappedSolver
+from engine.sweep.config import load_sweep
 from studies.pingpong import STUDY
 
 from conftest import PINGPONG_DEFAULTS, cubes_identical, sweep_file
@@ -26,7 +26,7 @@ SETTINGS = SolverSettings(rtol=1e-10, atol=1e-12)
 def test_vmapped_equals_per_point_loop():
     q = np.linspace(0.0, 3.0, 11)
     columns = {k: np.full(q.size, v) for k, v in PINGPONG_DEFAULTS.items()} | {"spin_ratio": q}
-    batched = evaluate(STUDY, SETTINGS, columns, batch_size=4, lanes=0)
+    batched = evaluate(STUDY, SETTINGS, columns, batch_size=4, solver="vmapped")
     plan = make_plan(STUDY, solver="vmapped", batch=1)
     single = jax.jit(VmappedSolver().batch_function(STUDY, SETTINGS, tuple(o.name for o in STUDY.outputs), plan))
     for i in range(q.size):

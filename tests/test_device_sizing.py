@@ -7,15 +7,15 @@ import dataclasses
 
 import pytest
 
-import engine._cost as cost
-import engine._execute as execute
+import engine.runner.cost as cost
+import engine.runner.execute as execute
 import engine.solve.plan as plan_module
 from engine import parse_sweep
-from engine._config import ConfigError
 from engine.solve import Device, make_plan
 from engine.solve.lanes import CPU_BATCH as LANES_CPU_BATCH
 from engine.solve.lanes import MAX_LANES, LanesSolver
 from engine.solve.vmapped import CPU_BATCH, DEVICE_SHARE, POINT_BYTES, VmappedSolver
+from engine.sweep.config import ConfigError
 
 GPU = Device(platform="gpu", count=1, memory=16 * 2**30, cores=16)
 CPU = Device(platform="cpu", count=1, memory=None, cores=16)
@@ -46,7 +46,7 @@ def test_cpu_uses_the_fixed_caps(on):
     on(CPU)
     response = sweep("bicycle_response", 10**6, 65536)
     plan = cost.plan_for(response)
-    assert (plan.solver, plan.batch) == ("lanes", LANES_CPU_BATCH)
+    assert (plan.solver.name, plan.batch) == ("lanes", LANES_CPU_BATCH)
     assert make_plan(response.study, CPU, solver="vmapped", points=10**6).batch == CPU_BATCH
     hinted = parse_sweep(  # a study may ask for wider calls
         'study = "rebound_regime"\n[axes]\nspin_ratio = { linspace = [0, 1, 1000000] }\n'
@@ -54,7 +54,7 @@ def test_cpu_uses_the_fixed_caps(on):
     )
     assert cost.plan_for(hinted).batch == hinted.study.batch_size
     lanes = cost.plan_for(sweep("pingpong", 10**6, 10**5))
-    assert lanes.solver == "lanes" and lanes.width % 16 == 0  # MAX_LANES in whole vectors
+    assert lanes.solver.name == "lanes" and lanes.width % 16 == 0  # MAX_LANES in whole vectors
     assert MAX_LANES <= lanes.width < MAX_LANES + 16
 
 
@@ -76,7 +76,7 @@ def test_accelerator_batches_fill_a_share_of_its_memory(on):
     assert cost.plan_for(sweep("bicycle", 10**6, 10**6)).batch == share
     assert cost.plan_for(sweep("bicycle", 10**6, 4096)).batch == share
     # The rolling ball goes fused on an accelerator (lanes measured 140x slower there).
-    assert cost.plan_for(sweep("pingpong", 10**6, 10**6)).solver == "fused"
+    assert cost.plan_for(sweep("pingpong", 10**6, 10**6)).solver.name == "fused"
     forced = make_plan(sweep("pingpong", 10, 10).study, GPU, solver="lanes")
     assert forced.width == forced.batch // 8  # no CPU cap on an accelerator
     # An explicit batch is kept.
@@ -134,11 +134,11 @@ def test_a_small_vmapped_sweep_on_a_gpu_machine_solves_on_its_cpu_cores(on):
     on(GPU)
     hoop = parse_sweep('study = "hoop"\n[axes]\na = { linspace = [0.0, 0.3, 117] }\n[run]\nout = "unused.zarr"\n')
     plan = cost.plan_for(hoop)
-    assert plan.device.platform == "cpu" and plan.device.cores == GPU.cores and plan.solver == "vmapped"
+    assert plan.device.platform == "cpu" and plan.device.cores == GPU.cores and plan.solver.name == "vmapped"
     assert execute.default_workers("inline", hoop) == execute.THREADS_PER_CORE * GPU.cores
     assert cost.estimate(hoop).device_memory is None  # the host's memory budget applies
     small = plan_module.GPU_MIN_POINTS - 1
     assert cost.plan_for(sweep("bicycle", small, 4096)).device.platform == "cpu"
     assert cost.plan_for(sweep("bicycle", small + 1, 4096)).device == GPU
     fused = cost.plan_for(sweep("pingpong", 10, 10))
-    assert (fused.device, fused.solver) == (GPU, "fused")
+    assert (fused.device, fused.solver.name) == (GPU, "fused")

@@ -3,10 +3,10 @@
 import numpy as np
 
 from engine import SolverSettings, Status
-from engine._config import load_sweep
-from engine._cube import open_cube
-from engine._execute import run
+from engine.cube.store import open_cube
+from engine.runner.execute import run
 from engine.solve import evaluate
+from engine.sweep.config import load_sweep
 from studies.pingpong import STUDY
 
 import pingpong_closed_form as cf

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 
 from engine import Status
-from engine._config import load_sweep
-from engine._cube import done_shards, failed_shards, open_cube
-from engine._execute import run
-from engine._status_report import progress
+from engine.cube.markers import Markers
+from engine.cube.status_report import progress
+from engine.cube.store import open_cube
+from engine.runner.execute import run
+from engine.sweep.config import load_sweep
 
 from conftest import cubes_identical
 
@@ -26,26 +27,26 @@ def test_a_shard_that_raises_is_recorded_and_the_rest_completes(small_sweep, mon
             raise FloatingPointError("study bug: division by a zero radius")
         return real_evaluate(study, settings, params, **options)
 
-    monkeypatch.setattr("engine._shard.evaluate", flaky_evaluate)
+    monkeypatch.setattr("engine.runner.shard.evaluate", flaky_evaluate)
     report = run(sweep, progress=False)
     assert report.failed_shards == 1 and calls["n"] == 1
-    failures = failed_shards(sweep.out)
+    failures = Markers(sweep.out).failed()
     assert len(failures) == 1 and "FloatingPointError: study bug" in failures[0]["error"]
-    assert len(done_shards(sweep.out, "grid")) == 4  # 23 points in shards of 5: 5 shards
+    assert len(Markers(sweep.out).done("grid")) == 4  # 23 points in shards of 5: 5 shards
     status = open_cube(sweep.out)["status"].values
     assert np.count_nonzero(status == Status.PENDING) == 3 and np.count_nonzero(status == Status.SUCCESS) == 20
     assert "failed grid shard 4: FloatingPointError" in progress(sweep.out).describe()
 
-    monkeypatch.setattr("engine._shard.evaluate", real_evaluate)  # the bug fixed: rerun retries only it
+    monkeypatch.setattr("engine.runner.shard.evaluate", real_evaluate)  # the bug fixed: rerun retries only it
     report = run(sweep, progress=False)
-    assert report.shards_run == 1 and report.failed_shards == 0 and not failed_shards(sweep.out)
+    assert report.shards_run == 1 and report.failed_shards == 0 and not Markers(sweep.out).failed()
     reference = load_sweep(small_sweep(shard_size=5), out=str(tmp_path / "reference.zarr"))
     run(reference, progress=False)
     assert cubes_identical(open_cube(sweep.out).load(), open_cube(reference.out).load())
 
 
 def test_verify_finds_a_done_shard_without_values(small_sweep, capsys):
-    from engine.cli import main
+    from engine.cli.commands import main
 
     sweep = load_sweep(small_sweep(shard_size=5))
     run(sweep, progress=False)
@@ -60,7 +61,7 @@ def test_verify_finds_a_done_shard_without_values(small_sweep, capsys):
 def test_store_of_another_format_is_refused_clearly(small_sweep, capsys):
     import json
 
-    from engine.cli import main
+    from engine.cli.commands import main
 
     sweep = load_sweep(small_sweep())
     run(sweep, progress=False)
@@ -89,7 +90,7 @@ def test_a_second_run_on_the_same_store_is_refused(small_sweep, tmp_path):
     # it asks for the store within milliseconds of the first run's first shard
     # (a run of 801 one-point shards may end before a fresh process is up).
     waiting = (
-        "import sys, engine.cli, engine._execute, engine._cube; engine.load_study('pingpong'); "
+        "import sys, engine.cli, engine.runner.execute, engine.cube.store; engine.load_study('pingpong'); "
         "print('ready', flush=True); sys.stdin.readline(); "
         f"sys.exit(engine.cli.main({args!r}))"
     )
@@ -98,7 +99,7 @@ def test_a_second_run_on_the_same_store_is_refused(small_sweep, tmp_path):
     assert second.stdout.readline().strip() == "ready"
     first = subprocess.Popen([sys.executable, "-m", "engine.cli", *args, "--workers", "1"])
     deadline = time.time() + 120
-    while not done_shards(sweep.out, "grid") and time.time() < deadline:
+    while not Markers(sweep.out).done("grid") and time.time() < deadline:
         time.sleep(0.01)
     _, stderr = second.communicate("go\n", timeout=120)
     assert second.returncode == 2 and "in use by another rollsweep run (pid" in stderr, stderr
@@ -124,7 +125,7 @@ def test_killed_local_worker_is_retried_and_the_cube_is_identical(small_sweep, t
 
     def kill_a_worker():
         deadline = time.time() + 120
-        while len(done_shards(sweep.out, "grid")) < 5 and time.time() < deadline:
+        while len(Markers(sweep.out).done("grid")) < 5 and time.time() < deadline:
             time.sleep(0.05)
         # The nannies live in this process; each worker is a spawned child of it.
         workers = [p for p in psutil.Process().children() if "spawn_main" in " ".join(p.cmdline())]
@@ -137,7 +138,7 @@ def test_killed_local_worker_is_retried_and_the_cube_is_identical(small_sweep, t
     report = run(sweep, executor="local", workers=2, progress=False)
     killer.join()
     assert killed and report.failed_shards == 0
-    assert len(done_shards(sweep.out, "grid")) == 121
+    assert len(Markers(sweep.out).done("grid")) == 121
     reference = load_sweep(path, out=str(tmp_path / "reference.zarr"))
     run(reference, progress=False)
     assert cubes_identical(open_cube(sweep.out).load(), open_cube(reference.out).load())
@@ -153,30 +154,30 @@ def test_disk_errors_stop_cleanly_and_leave_a_resumable_store(
     are kept (two, one shard a task and a task at a time; with two threads,
     tasks already running finish too), and the same command afterwards
     completes the cube."""
-    import engine._execute
-    import engine._shard
-    from engine.cli import main
+    import engine.runner.execute
+    from engine.cli.commands import main
+    from engine.cube.store import Cube
 
     path = small_sweep(shard_size=5)
-    real_write = engine._shard.write_regions
+    real_write = Cube.write_regions
     writes = {"n": 0}
 
-    def failing_write(store, regions):
+    def failing_write(cube, regions):
         writes["n"] += len(regions)
         if writes["n"] == 3:
-            raise OSError(error[0], error[1], str(store))
-        return real_write(store, regions)
+            raise OSError(error[0], error[1], str(cube.path))
+        return real_write(cube, regions)
 
-    monkeypatch.setattr(engine._execute, "task_points", lambda *args: 1)  # a task per shard
-    monkeypatch.setattr(engine._shard, "write_regions", failing_write)
+    monkeypatch.setattr(engine.runner.execute, "task_points", lambda *args: 1)  # a task per shard
+    monkeypatch.setattr(Cube, "write_regions", failing_write)
     assert main(["run", str(path), "--quiet", "--workers", str(threads)]) == 2
     err = capsys.readouterr().err
     assert f"cube.zarr: {error[1]}; shards already done are kept" in err
     store = tmp_path / "cube.zarr"
-    done = len(done_shards(store, "grid"))
-    assert (done == 2 if threads == 1 else 2 <= done < 5) and not failed_shards(store)
+    done = len(Markers(store).done("grid"))
+    assert (done == 2 if threads == 1 else 2 <= done < 5) and not Markers(store).failed()
 
-    monkeypatch.setattr(engine._shard, "write_regions", real_write)
+    monkeypatch.setattr(Cube, "write_regions", real_write)
     assert main(["run", str(path), "--quiet"]) == 0
     reference = load_sweep(path, out=str(tmp_path / "reference.zarr"))
     run(reference, progress=False)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from engine import SolverSettings, Status
-from engine._study import load_study
 from engine.solve import evaluate
+from engine.study.interface import load_study
 
 # Per study: the parameters that vary from point to point (every other one is
 # fixed at its default), values inside their allowed ranges.
@@ -37,7 +37,7 @@ def _params(study, varied, fixed_as_views):
 def _results_identical(name, varied):
     study = load_study(name)
     settings = SolverSettings()
-    fixed, columns = (evaluate(study, settings, _params(study, varied, views), batch_size=8, lanes=0)
+    fixed, columns = (evaluate(study, settings, _params(study, varied, views), batch_size=8, solver="vmapped")
                       for views in (True, False))
     assert fixed.outputs.keys() == columns.outputs.keys()
     for k in fixed.outputs:

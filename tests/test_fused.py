@@ -20,11 +20,11 @@ from jax.scipy.special import erf
 from test_fused_outside import UNFUSABLE_ENDS
 from test_outside_models import BLOCK, NATURAL, _columns, _param, _study
 
+import engine.solve.kernel.pallas as backend
 from engine import HybridSystem, Mode, PointResult, SolverSettings, Start, Status, Transition
 from engine.solve import SOLVERS, Device, evaluate, make_plan
-from engine.solve import _pallas_backend as backend
-from engine.solve._lane_jaxpr import LaneFunction, Unfusable, from_list
-from engine.solve.plan import default_solver, solver_of
+from engine.solve.kernel.jaxpr import LaneFunction, Unfusable, from_list
+from engine.solve.plan import default_solver
 from studies.bicycle import RESPONSE as BICYCLE_RESPONSE
 from studies.hoop import STUDY as HOOP
 from studies.pingpong import STUDY as PINGPONG
@@ -262,7 +262,7 @@ def test_default_solver_is_fused_on_a_gpu_where_the_study_fuses():
     assert default_solver(PINGPONG, Device()) == "lanes"
     assert default_solver(PINGPONG, Device(platform="tpu")) == "vmapped"  # the kernel backend compiles for GPUs
     plan = make_plan(PINGPONG, GPU)
-    assert plan.solver == "fused" and plan.width == 32
+    assert plan.solver.name == "fused" and plan.width == 32
 
 
 # ---- the CUDA lowering, on a machine without a GPU
@@ -294,7 +294,7 @@ def test_kernel_lowers_for_cuda(study, selected, settings):
     custom call (what Triton cannot lower fails here, not on the GPU); a start
     or finish outside it is plain XLA around that call."""
     plan = make_plan(study, GPU, solver="fused", batch=64)
-    fn = solver_of(plan).batch_function(study, settings, selected, plan)
+    fn = plan.solver.batch_function(study, settings, selected, plan)
     params = {p.name: jax.ShapeDtypeStruct((64,), jnp.float64) for p in study.parameters}
     exported = jax.export.export(
         jax.jit(fn), platforms=["cuda"],

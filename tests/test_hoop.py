@@ -11,7 +11,7 @@ from scipy.integrate import quad
 from scipy.optimize import brentq
 
 from engine import SolverSettings, Status
-from engine.cli import main
+from engine.cli.commands import main
 from engine.solve import evaluate
 from studies.hoop import STUDY
 from studies.hoop._profile import reference

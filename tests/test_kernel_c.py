@@ -29,8 +29,8 @@ from test_outside_models import BLOCK, NATURAL, SETTINGS, G, _columns, impact_ti
 from engine import SolverSettings, Status
 from engine._jax_setup import float64_here
 from engine.solve import evaluate, exported, make_plan
-from engine.solve.fused import _Body
-from engine.solve.kernel import ENV, choose, kernel_backend
+from engine.solve.kernel.backends import ENV, choose, kernel_backend
+from engine.solve.kernel.body import KernelBody
 from engine.solve.kernel.c_source import KernelUnsupported, generate, literal
 from engine.solve.kernel.host import HostKernel
 from studies.bicycle import RESPONSE
@@ -372,7 +372,7 @@ def test_cuda_source_compiles_with_nvrtc(study, settings):
     from engine.solve.kernel.cuda import compile_cubin
 
     with float64_here():
-        body = _Body(study.solve_point, settings, [p.name for p in study.parameters],
+        body = KernelBody(study.solve_point, settings, [p.name for p in study.parameters],
                      tuple(o.name for o in study.outputs), 1)
     source = generate(body, [np.int32] + list(body.input_dtypes), body.out_dtypes)
     cubin = compile_cubin(source, "sm_90")

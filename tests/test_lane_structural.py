@@ -1,4 +1,4 @@
-"""The lane interpreter's structural primitives (engine.solve._lane_jaxpr):
+"""The lane interpreter's structural primitives (engine.solve.kernel.jaxpr):
 each one, emitted by a small point function and followed by elementwise
 arithmetic on its result, evaluated on lane vectors (eagerly and traced, as
 the kernel traces it) against jax.vmap of the same function. Each case checks
@@ -9,6 +9,7 @@ fused solver, and a failure of the fused check falling back (a reason, never a
 crash), on a stubbed GPU too.
 """
 
+import contextlib
 import dataclasses
 
 import jax
@@ -18,12 +19,14 @@ import pytest
 from jax import lax
 from test_outside_models import _columns, _param, _study
 
+import engine.solve.kernel.fused as fused_module
+import engine.solve.kernel.jaxpr as lane_jaxpr
 import engine.solve.plan as plan_module
 from engine import HybridSystem, Mode, PointResult, SolverSettings, Start, Status, Transition
-from engine.cli import main
-from engine.solve import SOLVERS, Device, _lane_jaxpr, evaluate, make_plan
-from engine.solve._lane_jaxpr import _STRUCTURAL, LaneFunction, from_list, subjaxprs
-from engine.solve.fused import PLEASE_REPORT
+from engine.cli.commands import main
+from engine.solve import SOLVERS, Device, evaluate, make_plan
+from engine.solve.kernel.body import PLEASE_REPORT
+from engine.solve.kernel.jaxpr import _STRUCTURAL, LaneFunction, from_list, subjaxprs
 
 LANES = 8
 
@@ -250,7 +253,18 @@ def broken_slice(monkeypatch):
     """The lane interpreter's slice rule raising (as an unknown JAX might make
     any rule do), with the fused solver's cached checks set aside."""
     monkeypatch.setitem(_STRUCTURAL, lax.slice_p, _raising)
-    monkeypatch.setattr(SOLVERS["fused"], "_checks", {})
+    with fresh_fused_checks():
+        yield
+
+
+@contextlib.contextmanager
+def fresh_fused_checks():
+    """The fused solver's checks made afresh inside, and forgotten after."""
+    fused_module._kernel_check.cache_clear()
+    try:
+        yield
+    finally:
+        fused_module._kernel_check.cache_clear()
 
 
 def test_a_failing_check_is_a_reason_and_a_gpu_plan_falls_back(broken_slice):
@@ -258,30 +272,30 @@ def test_a_failing_check_is_a_reason_and_a_gpu_plan_falls_back(broken_slice):
 
     reason = SOLVERS["fused"].unsupported(PINGPONG)
     assert reason == f"tracing it for the kernel raised RuntimeError: a rule broke {PLEASE_REPORT}"
-    assert make_plan(PINGPONG, GPU).solver == "vmapped"
-    assert make_plan(PINGPONG, CPU).solver == "lanes"  # CPU plans never asked the fused solver
+    assert make_plan(PINGPONG, GPU).solver.name == "vmapped"
+    assert make_plan(PINGPONG, CPU).solver.name == "lanes"  # CPU plans never asked the fused solver
 
 
 def test_a_failing_start_check_runs_the_start_outside(monkeypatch):
     """A part of the solve whose check raises runs outside the kernel, saying why."""
-    real = _lane_jaxpr.LaneFunction.__call__
+    real = lane_jaxpr.LaneFunction.__call__
 
     def failing_for_the_start(self, *args, lanes):
         if self.name == "start":
             raise TypeError("no lanes today")
         return real(self, *args, lanes=lanes)
 
-    monkeypatch.setattr(_lane_jaxpr.LaneFunction, "__call__", failing_for_the_start)
-    monkeypatch.setattr(SOLVERS["fused"], "_checks", {})
-    assert SOLVERS["fused"].unsupported(UNSTACK_BLOCK) is None
-    assert SOLVERS["fused"].outside(UNSTACK_BLOCK) == {
-        "start": f"tracing the start for the kernel raised TypeError: no lanes today {PLEASE_REPORT}"}
+    monkeypatch.setattr(lane_jaxpr.LaneFunction, "__call__", failing_for_the_start)
+    with fresh_fused_checks():
+        assert SOLVERS["fused"].unsupported(UNSTACK_BLOCK) is None
+        assert SOLVERS["fused"].outside(UNSTACK_BLOCK) == {
+            "start": f"tracing the start for the kernel raised TypeError: no lanes today {PLEASE_REPORT}"}
 
 
 @pytest.fixture
 def on_gpu(monkeypatch):
     """This process seeing a (stubbed) GPU as its default backend, beside the host's CPU."""
-    import engine._execute as execute
+    import engine.runner.execute as execute
     import engine.solve as solve
 
     def detect(platform=None):

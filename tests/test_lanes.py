@@ -22,8 +22,8 @@ def _columns(q):
 @pytest.mark.parametrize("lanes", [1, 3, 8])
 def test_lanes_agree_with_the_per_point_solve(lanes):
     q = np.linspace(0.0, 3.0, 17)
-    on_lanes = evaluate(STUDY, SETTINGS, _columns(q), batch_size=17, lanes=lanes)
-    per_point = evaluate(STUDY, SETTINGS, _columns(q), batch_size=17, lanes=0)
+    on_lanes = evaluate(STUDY, SETTINGS, _columns(q), batch_size=17, solver="lanes", width=lanes)
+    per_point = evaluate(STUDY, SETTINGS, _columns(q), batch_size=17, solver="vmapped")
     np.testing.assert_array_equal(on_lanes.status, per_point.status)
     np.testing.assert_array_equal(on_lanes.num_events, per_point.num_events)
     # After an event the lanes go on with the controller's last step instead of a
@@ -38,8 +38,8 @@ def test_lanes_that_reach_crossings_together_take_turns_to_locate_them():
     once, but a flush locates at most a quarter of them; the rest wait for later
     flushes and must come out the same."""
     q = np.full(24, 1.3)
-    on_lanes = evaluate(STUDY, SETTINGS, _columns(q), batch_size=24, lanes=8)
-    per_point = evaluate(STUDY, SETTINGS, _columns(q[:1]), batch_size=1, lanes=0)
+    on_lanes = evaluate(STUDY, SETTINGS, _columns(q), batch_size=24, solver="lanes", width=8)
+    per_point = evaluate(STUDY, SETTINGS, _columns(q[:1]), batch_size=1, solver="vmapped")
     np.testing.assert_array_equal(on_lanes.status, Status.SUCCESS)
     np.testing.assert_array_equal(on_lanes.num_events, 2)
     for name, value in per_point.outputs.items():
@@ -55,7 +55,7 @@ def test_a_failing_point_does_not_hold_back_the_others():
     # creeps on for thousands of seconds; with 200 steps allowed it runs out.
     columns["rolling_resistance"] = np.where(np.arange(q.size) == 5, 1e-300, columns["rolling_resistance"])
     settings = SolverSettings(rtol=1e-10, atol=1e-12, max_steps=200, t_max=1e6)
-    result = evaluate(STUDY, settings, columns, batch_size=40, lanes=4)
+    result = evaluate(STUDY, settings, columns, batch_size=40, solver="lanes", width=4)
     assert result.status[5] == Status.MAX_STEPS and np.isnan(result.outputs["final_displacement"][5])
     others = np.arange(q.size) != 5
     assert np.all(result.status[others] == Status.SUCCESS)
@@ -133,9 +133,10 @@ def test_the_earliest_of_several_crossings_fires_at_its_closed_form_time():
 
 
 def test_row_helpers_match_numpy_reductions():
-    """The lanes' reductions over a few rows (written as row chains for XLA:CPU)
+    """The lanes' and the stepper's reductions over a few rows (written as row chains for XLA:CPU)
     agree with numpy's, ties and all-false columns included."""
-    from engine.solve.lanes import _all_rows, _any_rows, _argmin_rows, _first_true, _select, _sum_squares
+    from engine.solve.lanes import _all_rows, _any_rows, _argmin_rows, _first_true, _select
+    from engine.solve.stepper import rms_rows
 
     rng = np.random.default_rng(3)
     x = rng.integers(0, 3, size=(4, 64)).astype(float)  # small integers: many ties
@@ -145,7 +146,7 @@ def test_row_helpers_match_numpy_reductions():
     np.testing.assert_array_equal(_first_true(jnp.asarray(flags)), np.argmax(flags, axis=0))
     np.testing.assert_array_equal(_any_rows(jnp.asarray(flags)), flags.any(axis=0))
     np.testing.assert_array_equal(_all_rows(jnp.asarray(flags)), flags.all(axis=0))
-    np.testing.assert_allclose(_sum_squares(jnp.asarray(x[:, 4:])), (x[:, 4:] ** 2).sum(axis=0))
+    np.testing.assert_allclose(rms_rows(jnp.asarray(x[:, 4:])), np.sqrt((x[:, 4:] ** 2).mean(axis=0)))
     choices = [np.full(64, 10.0), np.full(64, 20.0), np.full(64, 30.0)]
     np.testing.assert_array_equal(
         _select(list(jnp.asarray(flags)), [jnp.asarray(c) for c in choices], jnp.zeros(64)),
@@ -159,7 +160,7 @@ def test_step_size_root_matches_the_power_it_replaces(dtype, span, tolerance):
     of 10^-span .. 10^span (x ** -0.2 itself is off by |ln x| 1e-17: -0.2 is
     rounded), and beyond them, up to the type's limits, far past
     where the step-size factor is clipped (to [0.2, 10]); 0, inf and NaN."""
-    from engine.solve.lanes import _inverse_root
+    from engine.solve.stepper import inverse_root as _inverse_root
 
     x = np.logspace(-span, span, 4001).astype(dtype)
     got = np.asarray(_inverse_root(jnp.asarray(x), 5))

@@ -7,13 +7,13 @@ import subprocess
 import sys
 import time
 
-from engine._config import load_sweep
-from engine._cube import marker_path
-from engine._execute import run
-from engine._lock import writer
-from engine._status_report import progress
-from engine._verify import examine
-from engine.cli import EXIT_PARTIAL, main
+from engine.cli.commands import EXIT_PARTIAL, main
+from engine.cube.lock import writer
+from engine.cube.markers import Markers
+from engine.cube.status_report import progress
+from engine.cube.verify import examine
+from engine.runner.execute import run
+from engine.sweep.config import load_sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (REPO, os.environ.get("PYTHONPATH")))))
@@ -21,7 +21,7 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (REPO, os.environ
 
 def hold_lock(store):
     """Another process owning the store, as a run does, until its stdin closes."""
-    code = ("import sys; from engine._lock import locked\n"
+    code = ("import sys; from engine.cube.lock import locked\n"
             "with locked(sys.argv[1]):\n    print('held', flush=True); sys.stdin.read()")
     holder = subprocess.Popen([sys.executable, "-c", code, str(store)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, env=ENV)
@@ -35,7 +35,7 @@ def test_a_cube_being_written_is_reported_running_and_partial(small_sweep, capsy
     assert writer(sweep.out) is None
     # Shards 3 and 4 as a live run leaves them while it writes: values written, not yet marked done.
     for shard in (3, 4):
-        marker_path(sweep.out, "grid", shard).unlink()
+        Markers(sweep.out).done_path("grid", shard).unlink()
     holder = hold_lock(sweep.out)
     try:
         owner = writer(sweep.out)

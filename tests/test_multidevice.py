@@ -13,13 +13,15 @@ import sys
 
 import pytest
 
-from engine._config import load_sweep
-from engine._cube import open_cube, prepare, slurm_folder
-from engine._devices import solving_devices
-from engine._execute import pending_shards
-from engine._lock import locked
-from engine._slurm import write_share
-from engine._submit import write_sweep
+from engine.cube.devices import solving_devices
+from engine.cube.lock import locked
+from engine.cube.markers import Markers
+from engine.cube.prepare import prepare
+from engine.cube.store import Cube, open_cube
+from engine.runner.execute import pending_shards
+from engine.runner.slurm import write_share
+from engine.runner.submit import write_sweep
+from engine.sweep.config import load_sweep
 
 from conftest import cubes_identical, sweep_file
 
@@ -60,7 +62,7 @@ def test_inline_shards_spread_over_every_device(tmp_path, one_device_cube):
     config = regime_sweep(tmp_path, "four")
     run_on_devices(config, 4, "--quiet")
     out = tmp_path / "four.zarr"
-    solved = solving_devices(out)
+    solved = solving_devices(Markers(out))
     assert set(solved) == {f"cpu:cpu #{i}" for i in range(4)}, solved
     assert sum(solved.values()) == 21
     cube = open_cube(out).load()
@@ -73,7 +75,7 @@ def test_local_cluster_starts_a_worker_per_device(tmp_path, one_device_cube):
     config = regime_sweep(tmp_path, "two", executor="local")
     run_on_devices(config, 2, "--quiet")
     out = tmp_path / "two.zarr"
-    assert set(solving_devices(out)) == {"cpu:cpu #0", "cpu:cpu #1"}
+    assert set(solving_devices(Markers(out))) == {"cpu:cpu #0", "cpu:cpu #1"}
     assert cubes_identical(open_cube(out).load(), one_device_cube)
 
 
@@ -87,8 +89,8 @@ def test_a_slurm_array_task_solves_on_every_device_it_was_given(tmp_path, one_de
     sweep = load_sweep(regime_sweep(tmp_path, "task"))
     with locked(sweep.out):
         prepare(sweep, sweep.out)
-    share = write_share(slurm_folder(sweep.out), pending_shards(sweep, sweep.out), 1)
+    share = write_share(Markers(sweep.out).slurm_folder, pending_shards(Cube(sweep.out, sweep)), 1)
     write_sweep(share, sweep)
     run_on_devices(sweep.out, 4, "--task", "0", "--share", str(share), command=("work",))
-    assert set(solving_devices(sweep.out)) == {f"cpu:cpu #{i}" for i in range(4)}
+    assert set(solving_devices(Markers(sweep.out))) == {f"cpu:cpu #{i}" for i in range(4)}
     assert cubes_identical(open_cube(sweep.out).load(), one_device_cube)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from engine._plot import log_spaced
+from engine.cube.plot import log_spaced
 from studies.pingpong._figures import figures as pingpong_figures
 from studies.rebound._figures import regime_figures
 

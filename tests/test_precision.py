@@ -6,10 +6,10 @@ steps as float64's and its critical spin ratio is within the stated xtol."""
 import numpy as np
 import pytest
 
-from engine._config import ConfigError, load_sweep, parse_sweep
-from engine._cube import open_cube
-from engine._execute import run
-from engine.solve.settings import tolerance_floor
+from engine.cube.store import open_cube
+from engine.runner.execute import run
+from engine.sweep.config import ConfigError, load_sweep, parse_sweep
+from engine.sweep.settings import tolerance_floor
 
 from conftest import sweep_file
 
@@ -118,8 +118,8 @@ def test_float32_rolling_ball_at_its_floor(tmp_path):
 def test_a_root_whose_bracket_did_not_reach_xtol_is_not_success(monkeypatch):
     """A search whose bracket did not narrow to xtol within its iterations is
     NOT_CONVERGED, never SUCCESS; a bracket without a sign change is NO_ROOT."""
-    from engine._status import Status
     from engine.solve import critical
+    from engine.study.status import Status
 
     def step(x, index):  # sign change at 1.3 for problem 0; none for problem 1
         return np.where(index == 0, np.sign(x - 1.3), 1.0), np.full(len(x), Status.SUCCESS, np.int8)

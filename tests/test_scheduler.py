@@ -8,10 +8,11 @@ import time
 
 import pytest
 
-from engine._config import load_sweep
-from engine._cube import done_shards, open_cube
-from engine._execute import ClusterLost, run
-from engine.cli import main
+from engine.cli.commands import main
+from engine.cube.markers import Markers
+from engine.cube.store import open_cube
+from engine.runner.execute import ClusterLost, run
+from engine.sweep.config import load_sweep
 
 from conftest import cubes_identical
 
@@ -64,7 +65,7 @@ def test_cluster_without_workers_ends_the_run_keeping_what_is_done(small_sweep, 
     assert cluster.scheduler_address in line and "no dask worker for 1 s" in line
     # Nothing was solved, so nothing is said to be kept (the line says so only when a shard is done).
     assert "kept" not in line
-    assert (tmp_path / "cube.zarr").exists() and not done_shards(tmp_path / "cube.zarr", "grid")
+    assert (tmp_path / "cube.zarr").exists() and not Markers(tmp_path / "cube.zarr").done("grid")
 
 
 def test_workers_lost_mid_run(small_sweep, tmp_path):
@@ -83,13 +84,13 @@ def test_workers_lost_mid_run(small_sweep, tmp_path):
 
         thread = threading.Thread(target=target)
         thread.start()
-        while thread.is_alive() and not (store.exists() and done_shards(store, "grid")):
+        while thread.is_alive() and not (store.exists() and Markers(store).done("grid")):
             time.sleep(0.005)
         cluster.scale(0)
         thread.join(timeout=60)
     assert not thread.is_alive()
     assert outcome["error"].filename == cluster.scheduler_address
-    assert 0 < len(done_shards(store, "grid")) < 80
+    assert 0 < len(Markers(store).done("grid")) < 80
 
 
 def test_existing_cluster_matches_inline_and_leaves_worker_settings(small_sweep, tmp_path):
@@ -111,19 +112,19 @@ def test_existing_cluster_matches_inline_and_leaves_worker_settings(small_sweep,
 def test_a_shard_that_raises_on_the_cluster_is_recorded(small_sweep, monkeypatch):
     from distributed import LocalCluster
 
-    import engine._shard as shard
-    from engine._cube import failed_shards
+    import engine.runner.shard as shard
+    from engine.cube.markers import Markers
 
     solve = shard.RUNNERS["grid"]
 
-    def fails_on_shard_1(sweep, plan, out, task):
+    def fails_on_shard_1(cube, plan, task):
         if 1 in task.shards:
             raise ValueError("a study bug")
-        return solve(sweep, plan, out, task)
+        return solve(cube, plan, task)
 
     monkeypatch.setitem(shard.RUNNERS, "grid", fails_on_shard_1)
     sweep = load_sweep(small_sweep())
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
         report = run(sweep, scheduler=cluster.scheduler_address, progress=False)
     assert report.failed_shards == 1 and report.shards_run == 5
-    assert [(f["shard"], f["error"]) for f in failed_shards(sweep.out)] == [(1, "ValueError: a study bug")]
+    assert [(f["shard"], f["error"]) for f in Markers(sweep.out).failed()] == [(1, "ValueError: a study bug")]

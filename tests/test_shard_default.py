@@ -1,14 +1,14 @@
 """The shards of a sweep that sets no shard_size: a 16th of the grid, at
 least one call of the study's batch where the study declares one (its points
-are costly: the hoop), else engine._config.SHARD_SIZE points, at most
+are costly: the hoop), else engine.sweep.config.SHARD_SIZE points, at most
 MAX_DEFAULT_SHARD, doubled while the grid would need more than MAX_SHARDS
 shards. Never the machine's: a store resumes anywhere."""
 
 import pytest
 
-from engine import _config as config
-from engine._config import SHARD_SIZE, load_sweep
-from engine._cost import estimate
+import engine.sweep.config as config
+from engine.runner.cost import estimate
+from engine.sweep.config import SHARD_SIZE, load_sweep
 
 from conftest import sweep_file
 

@@ -5,9 +5,9 @@ is in test_determinism.py."""
 
 import pytest
 
-from engine._config import load_sweep
-from engine._cube import open_cube
-from engine._execute import run
+from engine.cube.store import open_cube
+from engine.runner.execute import run
+from engine.sweep.config import load_sweep
 
 from conftest import cubes_identical, sweep_file
 

@@ -14,9 +14,10 @@ import time
 
 import pytest
 
-from engine._config import load_sweep
-from engine._cube import done_shards, open_cube, slurm_folder
-from engine._execute import run
+from engine.cube.markers import Markers
+from engine.cube.store import open_cube
+from engine.runner.execute import run
+from engine.sweep.config import load_sweep
 
 from conftest import cubes_identical, sweep_file
 
@@ -108,7 +109,7 @@ def test_jobqueue_executor_matches_local(slurm, tmp_path, monkeypatch):
     assert report.failed_points == 0
     assert cubes_identical(open_cube(sweep.out).load(), reference(tmp_path, path))
     # Worker job logs are kept with the store, not dropped where the run started.
-    assert list(slurm_folder(sweep.out).glob("*.out")) and not list(tmp_path.glob("slurm-*.out"))
+    assert list(Markers(sweep.out).slurm_folder.glob("*.out")) and not list(tmp_path.glob("slurm-*.out"))
 
 
 def test_submit_matches_local(slurm, tmp_path):
@@ -125,11 +126,11 @@ def test_cancelled_array_tasks_then_resubmission_completes_identically(slurm, tm
     store = tmp_path / "cancelled.zarr"
     array_job, check_job = submit(path)
     deadline = time.time() + 120
-    while len(done_shards(store, "grid")) < 2 and time.time() < deadline:
+    while len(Markers(store).done("grid")) < 2 and time.time() < deadline:
         time.sleep(0.1)
     subprocess.run(["scancel", f"{array_job}_1", f"{array_job}_3"], check=True)
     wait_for_jobs([array_job, check_job])
-    done = len(done_shards(store, "grid"))
+    done = len(Markers(store).done("grid"))
     assert done < 41, "cancelled tasks had already finished: nothing to resubmit"
     status = subprocess.run([sys.executable, "-m", "engine.cli", "status", str(store)], capture_output=True,
                             text=True).stdout
@@ -137,7 +138,7 @@ def test_cancelled_array_tasks_then_resubmission_completes_identically(slurm, tm
 
     array_job, check_job = submit(path)  # computes only what is missing
     wait_for_jobs([array_job, check_job])
-    assert len(done_shards(store, "grid")) == 41
+    assert len(Markers(store).done("grid")) == 41
     assert cubes_identical(open_cube(store).load(), reference(tmp_path, path))
 
 
@@ -148,7 +149,7 @@ def test_killed_worker_job_is_recovered(slurm, tmp_path):
 
     def kill_one_worker():
         deadline = time.time() + 120
-        while len(done_shards(store, "grid")) < 3 and time.time() < deadline:
+        while len(Markers(store).done("grid")) < 3 and time.time() < deadline:
             time.sleep(0.1)
         workers = squeue("-n", "dask-worker", "-t", "RUNNING", "-o", "%A")
         if workers:
@@ -161,5 +162,5 @@ def test_killed_worker_job_is_recovered(slurm, tmp_path):
     report = run(sweep, executor="slurm", progress=False)
     killer.join()
     assert killed, "no running worker job to kill"
-    assert len(done_shards(store, "grid")) == 81 and report.failed_points == 0
+    assert len(Markers(store).done("grid")) == 81 and report.failed_points == 0
     assert cubes_identical(open_cube(store).load(), reference(tmp_path, path))

@@ -8,8 +8,8 @@ import pathlib
 
 import pytest
 
-from engine._config import ConfigError
-from engine._slurm import Resources, array_script, check_script, resolve
+from engine.runner.slurm import Resources, array_script, check_script, resolve
+from engine.sweep.config import ConfigError
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 PYTHON = "/opt/rollsweep/.venv/bin/python"
@@ -136,7 +136,7 @@ def test_rendered_scripts_follow_sbatch_rules(name, resources, script):
 
 def test_jobqueue_worker_jobs_ask_gpus_portably():
     pytest.importorskip("dask_jobqueue")
-    from engine._slurm import jobqueue_cluster
+    from engine.runner.slurm import jobqueue_cluster
 
     r = RESOURCE_SETS["array_gpu"]
     with jobqueue_cluster(r, "/tmp") as cluster:

@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 from engine import Status
-from engine._config import load_sweep
-from engine._cost import plan_for
-from engine._cube import StoreError, digest, done_shards, open_cube
-from engine._execute import default_workers, run
-from engine._tasks import task_points
+from engine.cube.markers import Markers
+from engine.cube.store import StoreError, digest, open_cube
+from engine.runner.cost import plan_for
+from engine.runner.execute import default_workers, run
+from engine.runner.tasks import task_points
+from engine.sweep.config import load_sweep
 
 from conftest import cubes_identical
 
@@ -62,7 +63,7 @@ def test_second_config_on_same_store_is_refused_and_store_unchanged(small_sweep)
 def _usable_by_another_thread(store):
     import threading
 
-    from engine._lock import locked
+    from engine.cube.lock import locked
 
     errors = []
 
@@ -93,11 +94,11 @@ def test_kill_then_resume_gives_identical_cube(small_sweep, tmp_path):
     cmd = [sys.executable, "-m", "engine.cli", "run", str(path), "--out", str(killed.out), "--quiet"]
     proc = subprocess.Popen(cmd, start_new_session=True)
     deadline = time.time() + 120
-    while len(done_shards(killed.out, "grid")) < 5 and time.time() < deadline and proc.poll() is None:
+    while len(Markers(killed.out).done("grid")) < 5 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    done = len(done_shards(killed.out, "grid"))
+    done = len(Markers(killed.out).done("grid"))
     assert 5 <= done < 61, f"kill did not land mid-run ({done} shards done)"
     ds = open_cube(killed.out).load()
     # Written but not yet marked done: at most the shards of the tasks in flight
@@ -125,7 +126,7 @@ def _two_configs(small_sweep, tmp_path):
 def _winner_is_whole(sweeps, winner, tmp_path):
     """The cube on the shared path is exactly the winner's: its attributes and
     every value, as an undisturbed run of the winner's config writes them."""
-    from engine._verify import verify
+    from engine.cube.verify import verify
 
     store = sweeps[winner].out
     assert open_cube(store).attrs["config_hash"] == sweeps[winner].config_hash
@@ -191,7 +192,7 @@ def test_the_lock_is_beside_the_store_and_released_after_a_run(small_sweep):
     another thread (or process) may use the store again."""
     import threading
 
-    from engine._lock import lock_path, locked
+    from engine.cube.lock import lock_path, locked
 
     sweep = load_sweep(small_sweep())
     run(sweep, progress=False)
@@ -212,7 +213,7 @@ def test_a_store_held_by_another_run_is_not_replaced(small_sweep):
     """--overwrite on a store another run holds is refused, and the store is untouched."""
     import threading
 
-    from engine._lock import locked
+    from engine.cube.lock import locked
 
     sweep = load_sweep(small_sweep())
     run(sweep, progress=False)

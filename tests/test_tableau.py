@@ -6,8 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.solve.settings import SOLVERS
-from engine.solve.tableau import Unrolled, explicit_step
+from engine.solve.stepper import step as explicit_step
+from engine.solve.tableau import Unrolled
+from engine.sweep.settings import SOLVERS
 
 # A damped oscillator: y = (x, v), x'' = -x - 0.1 x'; x(0) = 1, v(0) = 0.
 TERM = diffrax.ODETerm(lambda t, y, args: jnp.stack([y[1], -y[0] - 0.1 * y[1]]))

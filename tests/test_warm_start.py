@@ -23,7 +23,6 @@ from engine import (
 )
 from engine.solve import evaluate, exported, make_plan
 from engine.solve.evaluate import compiled
-from engine.solve.plan import solver_of
 
 G = 9.81
 SETTINGS = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=16)
@@ -71,7 +70,7 @@ def traces(monkeypatch):
     """Counts the traces of every batch solver's batch function (its Python runs
     once per trace) and starts with no compiled program in this process."""
     count = []
-    for solver in {solver_of(make_plan(BALL, solver=s, batch=8)) for s in ("vmapped", "lanes")}:
+    for solver in {make_plan(BALL, solver=s, batch=8).solver for s in ("vmapped", "lanes")}:
         original = type(solver).batch_function
 
         def counting(self, *args, original=original):

@@ -5,11 +5,11 @@ study and the `Device`) names a `BatchSolver` (vmapped, lanes, fused) and the ba
 and width every shard uses; `evaluate` drives it over any number of points.
 """
 
-from .base import BatchSolver as BatchSolver
-from .base import Plan as Plan
-from .device import Device as Device
-from .device import detect as detect
-from .evaluate import Evaluation as Evaluation
-from .evaluate import evaluate as evaluate
-from .plan import SOLVERS as SOLVERS
-from .plan import make_plan as make_plan
+from engine.solve.base import BatchSolver as BatchSolver
+from engine.solve.base import Plan as Plan
+from engine.solve.device import Device as Device
+from engine.solve.device import detect as detect
+from engine.solve.evaluate import Evaluation as Evaluation
+from engine.solve.evaluate import evaluate as evaluate
+from engine.solve.plan import SOLVERS as SOLVERS
+from engine.solve.plan import make_plan as make_plan

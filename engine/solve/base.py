@@ -19,9 +19,9 @@ from typing import ClassVar
 
 import jax.numpy as jnp
 
-from .._status import Status
-from ..once import computed_once
-from .device import Device
+from engine.once import computed_once
+from engine.solve.device import Device
+from engine.study.status import Status
 
 # Widths of every batch and loop on CPU are whole multiples of this. XLA:CPU
 # runs an elementwise operation as a vector loop plus a scalar remainder, and
@@ -41,13 +41,13 @@ def whole_vectors(n: int) -> int:
 class Plan:
     """How every shard of a run solves its points, made once per run.
 
-    solver: the BatchSolver's name. batch: points per compiled call, the same
+    solver: the BatchSolver. batch: points per compiled call, the same
     for every shard, so one compiled program serves them all and a point's
     result never depends on how the grid was cut into shards. width: points
     in flight at once (the lanes; the whole batch for a vmapped solve).
     """
 
-    solver: str
+    solver: "BatchSolver"
     batch: int
     width: int
     device: Device
@@ -58,9 +58,13 @@ class Plan:
 
 
 class BatchSolver(abc.ABC):
-    """Solves fixed-size batches of one study's points."""
+    """Solves fixed-size batches of one study's points. One instance per kind
+    (engine.solve.plan.SOLVERS), held by the plans that use it."""
 
     name: ClassVar[str]
+
+    def __repr__(self) -> str:
+        return self.name
 
     def unsupported(self, study) -> str | None:
         """Why this solver cannot serve `study` (None: it can)."""

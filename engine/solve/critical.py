@@ -11,7 +11,7 @@ the output would mean different things for different outputs.
 import numpy as np
 from scipy.optimize import elementwise
 
-from .._status import Status
+from engine.study.status import Status
 
 MAX_ITERATIONS = 200
 _MAXITER = -2  # scipy's status where the iterations ran out (-1: no sign change)

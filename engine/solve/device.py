@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import functools
 
-from .._allocation import cores
+from engine.solve.allocation import cores
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,3 +91,10 @@ def device_name(device=None) -> str:
     device = device or current_device()
     name = f"{device.platform}:{device.device_kind}"
     return name + (f" #{device.id}" if len(local_devices()) > 1 else "")
+
+
+def devices_name(platform: str | None = None) -> str:
+    """Every device of `platform` (None: JAX's default backend) a run of this
+    process spreads its shards over: "cpu:cpu", "gpu:NVIDIA H100 x4"."""
+    found = local_devices(platform)
+    return f"{found[0].platform}:{found[0].device_kind}" + (f" x{len(found)}" if len(found) > 1 else "")

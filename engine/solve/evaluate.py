@@ -14,11 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import exported
-from ._host_memory import keep_freed_memory
-from .base import Plan
-from .plan import make_plan, solver_of
-from .settings import SolverSettings
+import engine.solve.exported as exported
+from engine.solve._host_memory import keep_freed_memory
+from engine.solve.base import Plan
+from engine.solve.plan import make_plan
+from engine.sweep.settings import SolverSettings
 
 # Calls queued ahead of the one whose results are being copied out. Few: a
 # call's buffers are allocated when it is queued, so with every call of an
@@ -52,7 +52,7 @@ def compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: P
     fn = None
 
     def make():
-        return jax.jit(solver_of(plan).batch_function(study, settings, selected, plan))
+        return jax.jit(plan.solver.batch_function(study, settings, selected, plan))
 
     def call(*args):
         nonlocal fn
@@ -74,20 +74,20 @@ def evaluate(
     params: dict,
     batch_size: int | None = None,
     outputs=None,
-    lanes: int | None = None,
     *,
+    solver: str | None = None,
+    width: int | None = None,
     plan: Plan | None = None,
 ) -> Evaluation:
     """Solve every point of `params` (name -> equal-length 1-D arrays).
 
     `outputs` names the outputs wanted (default: all the study declares).
     `plan` says how; without one, a plan is made for this device from
-    `batch_size` (points per call) and `lanes` (points in flight on refilling
-    lanes; 0: the vmapped solver).
+    `solver` (a name of engine.solve.SOLVERS; default: the device's choice),
+    `batch_size` (points per call) and `width` (points in flight).
     """
     if plan is None:
-        solver = None if lanes is None else ("vmapped" if lanes == 0 else "lanes")
-        plan = make_plan(study, solver=solver, batch=batch_size, width=lanes or None)
+        plan = make_plan(study, solver=solver, batch=batch_size, width=width)
     selected = tuple(outputs) if outputs is not None else tuple(o.name for o in study.outputs)
     fn = compiled(study, settings, selected, plan)
     batch = plan.batch

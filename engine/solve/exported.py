@@ -22,11 +22,11 @@ import pathlib
 
 import jax
 
-from .._jax_setup import cache_dir
-from .._provenance import folder_digest, package_version, study_folder
-from ._atomic_file import write_whole
-from .device import current_device
-from .kernel import requested as requested_kernel
+from engine._jax_setup import cache_dir
+from engine.solve._atomic_file import write_whole
+from engine.solve.device import current_device
+from engine.solve.kernel.backends import requested as requested_kernel
+from engine.study.source import folder_digest, package_version, study_folder
 
 # Version of the key and the file format: a change invalidates every entry.
 FORMAT = 1
@@ -58,10 +58,10 @@ def program_key(study, settings, selected, plan, args) -> str | None:
         "selected": list(selected),
         # What the batch function is made from; not the host's cores or the device's
         # memory, which would make processes with other allocations trace again.
-        "plan": [plan.solver, plan.batch, plan.width, plan.device.platform],
+        "plan": [plan.solver.name, plan.batch, plan.width, plan.device.platform],
         # The fused solver's kernel backend as asked for (engine.solve.kernel):
         # a program of one backend is never served for another.
-        "kernel": (requested_kernel() or "") if plan.solver == "fused" else "",
+        "kernel": (requested_kernel() or "") if plan.solver.name == "fused" else "",
         "args": [str(tree)] + [[jax.tree_util.keystr(p), list(v.shape), str(v.dtype)] for p, v in leaves],
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

@@ -28,10 +28,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._status import Status
-from .locate import crossed, hermite_root, newton_update, start_value, time_tolerance
-from .settings import SolverSettings
-from .tableau import LastStep, Unrolled, explicit_step
+from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
+from engine.solve.stepper import step as unrolled_step
+from engine.solve.tableau import LastStep, Unrolled
+from engine.study.status import Status
+from engine.sweep.settings import SolverSettings
 
 # Inactive event functions return this constant: it never changes sign.
 _INACTIVE = 1.0
@@ -194,7 +195,7 @@ class HybridSystem:
         iterate is the root of the cubic through the condition's values and slopes
         at the step's ends (hermite_root), then Newton updates (newton_update) on
         dt -> condition(restep(dt)), where restep is one step of the solver's
-        tableau (explicit_step) from the step's exact start: always from the same
+        tableau (engine.solve.stepper.step) from the step's exact start: always from the same
         exact point, so no error accumulates between iterates, and the state at
         the located time is that re-step's, exact to solver tolerance like any
         step's end (no final re-step). The slope along the flow at an iterate
@@ -218,7 +219,7 @@ class HybridSystem:
 
         def restep(carry):
             dt, lo, hi, nudge, creeping, tries, searching, located, y_at = carry
-            y, _, f, _ = explicit_step(tableau, field, t0, t0 + dt, y0, f0)
+            y, _, f, _ = unrolled_step(tableau, field, t0, t0 + dt, y0, f0)
             value, dg = jax.jvp(lambda t, y: condition(t, y, params), (t0 + dt, y), (jnp.ones_like(t0), f))
             finite = jnp.all(jnp.isfinite(y))
             # A re-step of length zero is the step's start, where a root does not count.

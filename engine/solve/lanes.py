@@ -48,13 +48,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._status import Status
-from .base import VECTOR, BatchSolver, Plan, masked, safe_params, whole_vectors
-from .device import Device
-from .hybrid import _INACTIVE, HybridPoint, HybridSolution, HybridSystem
-from .locate import crossed, hermite_root, newton_update, start_value, time_tolerance
-from .settings import SolverSettings
-from .vmapped import memory_batch
+from engine.solve import stepper
+from engine.solve.base import VECTOR, BatchSolver, Plan, masked, safe_params, whole_vectors
+from engine.solve.device import Device
+from engine.solve.hybrid import _INACTIVE, HybridPoint, HybridSolution, HybridSystem
+from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
+from engine.solve.stepper import Controller, chained, inverse_root
+from engine.solve.vmapped import memory_batch
+from engine.study.status import Status
+from engine.sweep.settings import SolverSettings
 
 # Finished lanes wait for the write-out and refill until 1/_FLUSH_SHARE of all
 # lanes are waiting. Measured (rolling ball, compiled calls of 8,192 points on
@@ -160,13 +162,6 @@ def _sum_rows(x):
     return functools.reduce(jnp.add, _rows(x))
 
 
-def _sum_squares(x):
-    """(x * x).sum(axis=0) of a (few, lanes) array, squared row by row: squaring
-    the whole array first made XLA:CPU write the squares out as an extra pass
-    (rolling-ball step 14 ns of ~55 ns per lane slower)."""
-    return functools.reduce(jnp.add, [row * row for row in _rows(x)])
-
-
 def _any_rows(x):
     """x.any(axis=0) of a (few, lanes) array, as _sum_rows."""
     return functools.reduce(jnp.logical_or, _rows(x))
@@ -236,17 +231,11 @@ class _Machine:
         self.settings = settings
         self.accelerator = accelerator
         self.transitions = system.transitions
-        self.solver = settings.make_solver()
+        self.tableau = settings.make_solver().tableau
+        self.controller = Controller.of(settings)
+        self.root = self.controller.root
+        self.pid = settings.make_controller()
         self.term = diffrax.ODETerm(system._vector_field)
-        self.controller = settings.make_controller()
-        controller = self.controller
-        # adapt() below is integral control only: what make_controller sets up.
-        assert controller.pcoeff == controller.dcoeff == 0 and controller.dtmin is None and controller.dtmax is None
-        self.error_order = self.solver.error_order(self.term)
-        # The I-controller's factor is (1 / error)^(icoeff / order): a whole root.
-        self.controller_root = round(self.error_order / controller.icoeff)
-        assert self.controller_root == self.error_order / controller.icoeff
-        self.tableau = self.solver.tableau
         self.directions = [tr.direction for _, tr in self.transitions]
         self.targets = [_per_lane(target) for target in system.targets()]
         self.resets = [_per_lane(reset) for reset in system.resets()]
@@ -254,50 +243,17 @@ class _Machine:
         self.ends_at_horizon = jnp.array([m.ends_at_horizon for m in system.modes])
 
     def step(self, t0, t1, y0, f0, mode, args):
-        """One explicit Runge-Kutta step of the solver's Butcher tableau.
-
-        The stages are unrolled with the tableau's coefficients as constants:
-        under vmap this is ~6x faster on CPU than `solver.step` (whose generic
-        stage loop indexes a stored array of stages), for the same arithmetic.
-        Returns the new state, the embedded error estimate, and the vector field
-        at the new state (the last stage, for first-same-as-last tableaus).
-        """
-        tableau = self.tableau
-        h = t1 - t0
-
-        def combine(weights, ks):
-            return sum(float(w) * k for w, k in zip(weights, ks, strict=True) if w != 0)
-
-        ks = [f0]
-        for c, a in zip(tableau.c, tableau.a_lower, strict=True):
-            ks.append(self.field(t0 + float(c) * h, y0 + h * combine(a, ks), mode, args))
-        y1 = y0 + h * combine(tableau.b_sol, ks)
-        error = h * combine(tableau.b_error, ks)
-        f1 = ks[-1] if tableau.fsal else self.field(t1, y1, mode, args)
+        """One Runge-Kutta step (engine.solve.stepper.step) on whole lanes: the
+        new state, the embedded error estimate, and the vector field there."""
+        y1, error, f1, _ = stepper.step(self.tableau, lambda t, y: self.field(t, y, mode, args), t0, t1, y0, f0,
+                                        combine=chained)
         return y1, error, f1
 
     def adapt(self, t0, t1, y0, y1, y_error):
-        """diffrax's PIDController.adapt_step_size, lane-wise: accept the step
-        [t0, t1]?, and the next step's (t0, t1).
-
-        The same arithmetic (its fractional power to rounding, see _inverse_root),
-        for the integral-only control that SolverSettings.make_controller sets up
-        (which needs no controller state).
-        diffrax's own, vmapped, moves the lane axis first (see _Machine).
-        """
-        c = self.controller
-        nan = _any_rows(jnp.isnan(y1))
-        scale = c.atol + jnp.maximum(jnp.abs(y0), jnp.abs(jnp.where(nan, y0, y1))) * c.rtol
-        scaled = y_error / scale
-        scaled_error = jnp.sqrt(_sum_squares(scaled) / scaled.shape[0])
-        keep = scaled_error < 1
-        factor = jnp.clip(
-            c.safety * _inverse_root(scaled_error, self.controller_root),
-            min=jnp.where(keep, 1, c.factormin),
-            max=jnp.where(keep, c.factormax, c.safety),
-        )
-        next_t0 = jnp.where(keep, t1, t0)
-        return keep, next_t0, next_t0 + (t1 - t0) * factor
+        """Accept the step [t0, t1]?, and the next step's (t0, t1), lane-wise
+        (Controller.adapt; diffrax's own, vmapped, moves the lane axis first: see
+        _Machine), its fractional power by the bit-level root."""
+        return self.controller.adapt(t0, t1, y0, y1, y_error, power=lambda x: inverse_root(x, self.root))
 
     def once(self, active, decisions):
         """_once on CPU; on an accelerator the decisions as they are (its
@@ -340,13 +296,17 @@ class _Machine:
         return jnp.stack([crossed(before[j], after[j], d) for j, d in enumerate(self.directions)])
 
     def first_step(self, t, y, mode, args, horizon):
-        """diffrax's initial step-size guess for a segment starting at (t, y), per
-        lane (as `diffeqsolve` with dt0=None makes at every segment's start)."""
+        """diffrax's own initial step-size guess for a segment starting at (t, y),
+        per lane (as `diffeqsolve` with dt0=None makes at every segment's start).
+        Controller.first_step is the same arithmetic written out, but diffrax
+        evaluates the vector field inside a two-iteration scan, which XLA:CPU
+        compiles to other roundings (outputs 1e-16 to 5e-13 apart, measured):
+        calling diffrax's keeps the lanes' results bit for bit those of earlier
+        versions."""
 
         def one(t, y, mode, args, horizon):
-            t1, _ = self.controller.init(
-                self.term, t, horizon, y, None, (mode, args), lambda term, t, y, a: term.vf(t, y, a), self.error_order
-            )
+            t1, _ = self.pid.init(self.term, t, horizon, y, None, (mode, args), lambda term, t, y, a: term.vf(t, y, a),
+                                  self.controller.error_order)
             return jnp.minimum(t1 - t, horizon - t)
 
         return _per_lane(one)(t, y, mode, args, horizon)
@@ -559,24 +519,6 @@ class _Machine:
         )
 
 
-def _inverse_root(x, n: int):
-    """x ** (-1 / n) for x >= 0 (to rounding; inf at 0, 0 at inf, NaN for NaN),
-    from the exponent bits as a first guess and five Newton steps
-    y <- y (n + 1 - x y^n) / n. The step-size factor needs it at every step of
-    every lane: XLA:CPU's pow cost ~11 ns a lane there and exp(log(x) / n) ~6 ns,
-    a fifth and a tenth of a whole rolling-ball step; this is multiplications."""
-    a = -1.0 / n
-    info = jnp.finfo(x.dtype)
-    integer = jnp.int64 if info.bits == 64 else jnp.int32
-    bits = jax.lax.bitcast_convert_type(x, integer).astype(x.dtype)
-    # The bits of a positive float are ~ 2^nmant (log2(x) + bias): scale the log.
-    guess = ((1 - a) * (info.maxexp - 1) * 2.0**info.nmant + a * bits).astype(integer)
-    y = jax.lax.bitcast_convert_type(guess, x.dtype)
-    for _ in range(5):  # from within ~10%: 1e-2, 1e-4, 1e-8, 1e-16, rounding
-        y = y * (n + 1 - x * jax.lax.integer_pow(y, n)) / n
-    return jnp.where(x == 0, jnp.inf, jnp.where(jnp.isinf(x), 0.0, y))
-
-
 def _once(active, decisions):
     """The lanes' decisions, computed once, as the result of a conditional.
 
@@ -650,24 +592,57 @@ def solve_batch(
     are padding of a batch's fixed shape (their rows are left unsolved, status
     PENDING), so a short last batch costs what its points cost.
     """
-    machine = _Machine(point.system, settings, accelerator)
-    n = next(iter(params.values())).shape[0]
-    # Every loop's width is whole vectors on CPU, so that a point rounds alike
-    # on whichever lane and in whichever loop it runs (engine.solve.base.VECTOR).
-    whole = whole_vectors if not accelerator else (lambda k: max(1, k))
-    lanes = whole(lanes)
-    count = n if count is None else jnp.minimum(count, n)
-    # Every lane array keeps the lane axis last: a lane's state components are
-    # then rows, contiguous across lanes, and XLA vectorises each operation over
-    # lanes (with the lane axis first, ~3x slower per solver step on CPU).
-    plan = _planned(machine, point, params, count, _plan_block(n, lanes) if not accelerator else n)
-    dtype = plan.y.dtype
-    n_seg, n_state = point.system.event_rows(settings.max_segments), plan.y.shape[0]
+    batch = _Batch(point, params, settings, lanes, count, accelerator)
+    lane, next_point = batch.refill(batch.empty(), jnp.ones((batch.lanes,), bool), jnp.asarray(0, jnp.int32))
+    results = batch.no_results()
+    # The batch's last points run on fewer lanes: once no point is left to take
+    # and at most 1/_TAIL_SHARE of the lanes are busy, those few are gathered into
+    # a narrow loop, so one slow or failing point costs steps of a few lanes, not
+    # of all of them, while it finishes alone.
+    tail = min(batch.lanes, batch.whole(batch.lanes // _TAIL_SHARE))
+    lane, results, next_point = batch.loop(
+        lane, results, next_point,
+        lambda lane, next_point: (next_point < batch.count) | (jnp.sum(batch.running(lane)) > tail),
+    )
+    results = batch.write(lane, results, batch.finished(lane))
+    busy = jnp.nonzero(batch.running(lane), size=tail, fill_value=0)[0]
+    narrow = _take(lane, busy)
+    still_busy = jnp.arange(tail) < jnp.sum(batch.running(lane))
+    # Lanes past the busy ones (copies of lane 0) idle.
+    narrow = _replace(
+        narrow, point=jnp.where(still_busy, narrow.point, batch.n), status=jnp.where(still_busy, narrow.status, _IDLE)
+    )
+    _, results, _ = batch.loop(narrow, results, next_point, lambda lane, next_point: jnp.any(lane.point < batch.n))
+    return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, -1, 0), results)
 
-    def take(tree, index):
-        return jax.tree_util.tree_map(lambda a: a[..., index], tree)
 
-    def started(start: _Plan, point) -> _Lane:
+def _take(tree, index):
+    """The lanes `index` of a tree of lane-last arrays."""
+    return jax.tree_util.tree_map(lambda a: a[..., index], tree)
+
+
+class _Batch:
+    """One call's points on refilling lanes: the lanes' start, refill, flush
+    (locate, write out, refill) and loop. A point n (the batch size) is "none"."""
+
+    def __init__(self, point: HybridPoint, params: dict, settings: SolverSettings, lanes: int, count,
+                 accelerator: bool):
+        self.machine = _Machine(point.system, settings, accelerator)
+        self.n = n = next(iter(params.values())).shape[0]
+        # Every loop's width is whole vectors on CPU, so that a point rounds alike
+        # on whichever lane and in whichever loop it runs (engine.solve.base.VECTOR).
+        self.whole = whole_vectors if not accelerator else (lambda k: max(1, k))
+        self.lanes = self.whole(lanes)
+        self.count = n if count is None else jnp.minimum(count, n)
+        # Every lane array keeps the lane axis last: a lane's state components are
+        # then rows, contiguous across lanes, and XLA vectorises each operation over
+        # lanes (with the lane axis first, ~3x slower per solver step on CPU).
+        self.plan = _planned(self.machine, point, params, self.count,
+                             _plan_block(n, self.lanes) if not accelerator else n)
+        self.dtype = self.plan.y.dtype
+        self.n_seg, self.n_state = point.system.event_rows(settings.max_segments), self.plan.y.shape[0]
+
+    def started(self, start: _Plan, point) -> _Lane:
         """Lanes at the start of the points `point`, from their rows of the plan."""
         size = point.shape[0]
 
@@ -676,7 +651,7 @@ def solve_batch(
 
         return _Lane(
             point=point,
-            t=full(0, dtype),
+            t=full(0, self.dtype),
             y=start.y,
             f=start.f,
             g=start.g,
@@ -689,22 +664,39 @@ def solve_batch(
             status=full(Status.PENDING, jnp.int8),
             events=full(0, jnp.int32),
             locating=full(False, bool),
-            span=full(0, dtype),
+            span=full(0, self.dtype),
         )
 
-    # Before the first refill every lane is idle (point n, "none").
-    empty = started(take(plan, jnp.minimum(jnp.arange(lanes), n - 1)), jnp.full((lanes,), n, jnp.int32))
+    def empty(self) -> _Lane:
+        """Before the first refill every lane is idle (point n, "none")."""
+        n = self.n
+        return self.started(_take(self.plan, jnp.minimum(jnp.arange(self.lanes), n - 1)),
+                            jnp.full((self.lanes,), n, jnp.int32))
 
-    def refill(lane: _Lane, free, next_point):
+    def no_results(self) -> HybridSolution:
+        """The solutions, points last. Events are written into their point's log as
+        they are located, not carried by the lanes: refilling, gathering and
+        putting back lanes then moves their state, not a log of max_segments
+        states each (the landing map's log is 8 times its state)."""
+        n, n_seg = self.n, self.n_seg
+        return HybridSolution(
+            **{k: jnp.zeros(a.shape[:-1] + (n,), a.dtype) for k, a in _end(self.empty()).items()},
+            event_t=jnp.full((n_seg, n), jnp.nan, self.dtype),
+            event_y=jnp.full((n_seg, self.n_state, n), jnp.nan, self.dtype),
+            event_code=jnp.full((n_seg, n), -1, jnp.int32),
+        )
+
+    def refill(self, lane: _Lane, free, next_point):
         """Free lanes take the next points of the batch, in order."""
+        n = self.n
         rank = jnp.cumsum(free) - 1
         new = next_point + rank
-        takes = free & (new < count)
+        takes = free & (new < self.count)
 
         def pick(new_value, old_value):
             return jnp.where(takes, new_value, old_value)
 
-        lane = jax.tree_util.tree_map(pick, started(take(plan, jnp.minimum(new, n - 1)), new), lane)
+        lane = jax.tree_util.tree_map(pick, self.started(_take(self.plan, jnp.minimum(new, n - 1)), new), lane)
         # A free lane left without a point idles: it takes no more steps (its
         # start may be an unplanned row of padding) and is never written.
         idle = free & ~takes
@@ -712,36 +704,32 @@ def solve_batch(
             lane, point=jnp.where(idle, n, lane.point), status=jnp.where(idle, _IDLE, lane.status)
         ), next_point + jnp.sum(free)
 
-    # The solutions, points last. Events are written into their point's log as
-    # they are located, not carried by the lanes: refilling, gathering and
-    # putting back lanes then moves their state, not a log of max_segments
-    # states each (the landing map's log is 8 times its state).
-    results = HybridSolution(
-        **{k: jnp.zeros(a.shape[:-1] + (n,), a.dtype) for k, a in _end(empty).items()},
-        event_t=jnp.full((n_seg, n), jnp.nan, dtype),
-        event_y=jnp.full((n_seg, n_state, n), jnp.nan, dtype),
-        event_code=jnp.full((n_seg, n), -1, jnp.int32),
-    )
+    def running(self, lane):
+        return (lane.status == Status.PENDING) & (lane.point < self.n)
 
-    def rows_of(lane, chosen):
+    def finished(self, lane):
+        return (lane.status != Status.PENDING) & (lane.point < self.n)
+
+    def rows_of(self, lane, chosen):
         """The points' rows where `chosen`; elsewhere distinct rows past the end,
         which writes drop: every index is then unique. (Sent to one spare row, they
         made XLA:GPU serialise the scatter's colliding writes as atomics.)"""
         width = lane.point.shape[0]
+        n = self.n
         return jnp.where(chosen & (lane.point < n), lane.point, n + jnp.arange(width, dtype=lane.point.dtype))
 
-    def write(lane, results, finished):
-        row = rows_of(lane, finished)
+    def write(self, lane, results, finished):
+        row = self.rows_of(lane, finished)
         return _replace_solution(results, **{
             k: getattr(results, k).at[..., row].set(value, mode="drop", unique_indices=True)
             for k, value in _end(lane).items()
         })
 
-    def record(search: _Search, results):
+    def record(self, search: _Search, results):
         """The crossings located in this flush, into their points' event logs."""
         lane = search.lane
-        row = rows_of(lane, search.located)
-        k = jnp.clip(lane.events - 1, 0, n_seg - 1)
+        row = self.rows_of(lane, search.located)
+        k = jnp.clip(lane.events - 1, 0, self.n_seg - 1)
 
         def put(log, value):
             return log.at[k, ..., row].set(value, mode="drop", unique_indices=True)
@@ -753,20 +741,21 @@ def solve_batch(
             event_code=put(results.event_code, search.code),
         )
 
-    def locate_parked(lane, results):
+    def locate_parked(self, lane, results):
         """Lanes parked at a crossing locate it: up to 1/_LOCATE_SHARE of the lanes
         at a time (the rest wait for the next flush), gathered into a narrow loop of
         Newton re-steps, then put back."""
+        machine = self.machine
         width = lane.point.shape[0]
-        size = min(width, whole(width // _LOCATE_SHARE))
+        size = min(width, self.whole(width // _LOCATE_SHARE))
         parked = (lane.status == Status.PENDING) & lane.locating
         index = jnp.nonzero(parked, size=size, fill_value=0)[0]
         valid = jnp.arange(size) < jnp.sum(parked)
-        search = machine.start_locating(take(lane, index), valid)
+        search = machine.start_locating(_take(lane, index), valid)
         search = jax.lax.while_loop(
             lambda n: jnp.any((n.lane.status == Status.PENDING) & n.lane.locating), machine.locate, search
         )
-        results = record(search, results)
+        results = self.record(search, results)
         # Put back what locating changes; out-of-bounds indices (no lane) drop.
         back = jnp.where(valid, index, width)
         located = machine.events(search)
@@ -775,7 +764,19 @@ def solve_batch(
             lane, **{k: getattr(lane, k).at[..., back].set(getattr(located, k), mode="drop") for k in changed}
         ), results
 
-    def loop(lane, results, next_point, keep_going):
+    def flush(self, lane, results, next_point):
+        """Crossings located, finished lanes written out and, while points are
+        left (the full width's loop), refilled."""
+        lane, results = self.locate_parked(lane, results)
+        finished = self.finished(lane)
+        results = self.write(lane, results, finished)
+        if lane.point.shape[0] == self.lanes:
+            lane, next_point = self.refill(lane, finished | (lane.point >= self.n), next_point)
+        else:  # the tail: no points are left to take
+            lane = eqx.tree_at(lambda lane_: lane_.point, lane, jnp.where(finished, self.n, lane.point))
+        return lane, results, next_point
+
+    def loop(self, lane, results, next_point, keep_going):
         """Step the lanes while keep_going(lane, next_point). A lane that finishes,
         or reaches a crossing, waits for the next flush: there crossings are
         located, finished lanes written out and refilled."""
@@ -787,54 +788,20 @@ def solve_batch(
         # to a plain adaptive step: the locating logic costs more than the step.
         threshold = max(1, width // _FLUSH_SHARE)
 
-        def flush(lane, results, next_point):
-            lane, results = locate_parked(lane, results)
-            finished = (lane.status != Status.PENDING) & (lane.point < n)
-            results = write(lane, results, finished)
-            if width == lanes:
-                lane, next_point = refill(lane, finished | (lane.point >= n), next_point)
-            else:  # the tail: no points are left to take
-                lane = eqx.tree_at(lambda lane_: lane_.point, lane, jnp.where(finished, n, lane.point))
-            return lane, results, next_point
-
         def body(carry):
             lane, results, next_point = carry
-            lane = machine.regular(lane)
-            mine = lane.point < n
+            lane = self.machine.regular(lane)
+            mine = lane.point < self.n
             pending = lane.status == Status.PENDING
             waiting = jnp.sum(mine & (~pending | lane.locating))
             stepping = jnp.sum(mine & pending & ~lane.locating)
             return jax.lax.cond(
                 (waiting >= threshold) | (stepping == 0),
-                lambda: flush(lane, results, next_point),
+                lambda: self.flush(lane, results, next_point),
                 lambda: (lane, results, next_point),
             )
 
         return jax.lax.while_loop(lambda c: keep_going(c[0], c[2]), body, (lane, results, next_point))
-
-    # The batch's last points run on fewer lanes: once no point is left to take
-    # and at most 1/_TAIL_SHARE of the lanes are busy, those few are gathered into
-    # a narrow loop, so one slow or failing point costs steps of a few lanes, not
-    # of all of them, while it finishes alone.
-    tail = min(lanes, whole(lanes // _TAIL_SHARE))
-    lane, next_point = refill(empty, jnp.ones((lanes,), bool), jnp.asarray(0, jnp.int32))
-    def running(lane):
-        return (lane.status == Status.PENDING) & (lane.point < n)
-
-    lane, results, next_point = loop(
-        lane, results, next_point, lambda lane, next_point: (next_point < count) | (jnp.sum(running(lane)) > tail)
-    )
-    finished = (lane.status != Status.PENDING) & (lane.point < n)
-    results = write(lane, results, finished)
-    busy = jnp.nonzero(running(lane), size=tail, fill_value=0)[0]
-    narrow = take(lane, busy)
-    still_busy = jnp.arange(tail) < jnp.sum(running(lane))
-    # Lanes past the busy ones (copies of lane 0) idle.
-    narrow = _replace(
-        narrow, point=jnp.where(still_busy, narrow.point, n), status=jnp.where(still_busy, narrow.status, _IDLE)
-    )
-    _, results, _ = loop(narrow, results, next_point, lambda lane, next_point: jnp.any(lane.point < n))
-    return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, -1, 0), results)
 
 
 # Points of one call on CPU when neither the sweep nor the study says (a small sweep gets

@@ -1,11 +1,11 @@
 """The per-run Plan: which batch solver, how many points per call, how many in
 flight. The one place where the engine's choices depend on the device."""
 
-from .base import BatchSolver, Plan, whole_vectors
-from .device import Device, detect
-from .fused import FusedSolver
-from .lanes import LanesSolver
-from .vmapped import VmappedSolver
+from engine.solve.base import BatchSolver, Plan, whole_vectors
+from engine.solve.device import Device, detect
+from engine.solve.kernel.fused import FusedSolver
+from engine.solve.lanes import LanesSolver
+from engine.solve.vmapped import VmappedSolver
 
 SOLVERS: dict[str, BatchSolver] = {s.name: s for s in (VmappedSolver(), LanesSolver(), FusedSolver())}
 
@@ -90,8 +90,4 @@ def make_plan(
     width = min(batch, width or implementation.default_width(batch, device))
     if not device.accelerator:
         batch, width = whole_vectors(batch), whole_vectors(width)
-    return Plan(solver=name, batch=batch, width=width, device=device)
-
-
-def solver_of(plan: Plan) -> BatchSolver:
-    return SOLVERS[plan.solver]
+    return Plan(solver=implementation, batch=batch, width=width, device=device)

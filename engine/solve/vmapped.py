@@ -8,8 +8,8 @@ slowest point, and padding rows are solved like real ones.
 import jax
 import jax.numpy as jnp
 
-from .base import BatchSolver, Plan, masked, safe_params
-from .device import Device
+from engine.solve.base import BatchSolver, Plan, masked, safe_params
+from engine.solve.device import Device
 
 # Points of one call on CPU when neither the sweep nor the study says: the
 # points run in lockstep, so batches stay small.

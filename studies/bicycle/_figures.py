@@ -6,7 +6,7 @@
 
 import numpy as np
 
-from engine._plot import scale_axes
+from engine.cube.plot import scale_axes
 
 _STYLE = {"weave": "C0", "weave_conjugate": "C0", "capsize": "C1", "caster": "C2"}
 

@@ -6,7 +6,7 @@
 
 import numpy as np
 
-from engine._plot import scale_axes
+from engine.cube.plot import scale_axes
 
 
 def _final_vs_spin(ds):

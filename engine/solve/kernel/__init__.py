@@ -1,106 +1,11 @@
-"""Which kernel backend runs the fused solver's kernel body.
+"""The fused solver: one point's whole hybrid solve per lane or GPU thread.
 
-Three backends share one interface, `block_call(kernel, inputs, out_dtypes,
-block, interpret)`:
-
-- `pallas` (engine.solve._pallas_backend): Pallas on Triton; a block of
-  lanes in lockstep (a loop lasts as long as its slowest lane, both sides
-  of every per-lane branch run). On CPU, interpret mode.
-- `cuda` (engine.solve.kernel.cuda): the body generated as C for one point
-  (engine.solve.kernel.c_source), compiled by NVRTC, one CUDA thread a point:
-  per-point loops and branches.
-- `host` (engine.solve.kernel.host): the same C compiled for the CPU (for
-  CI and tests; not the CPU default).
-
-The choice: $ROLLSWEEP_KERNEL_BACKEND (`cuda`, `host`, `pallas`), else on a
-GPU `cuda` where cuda-python's NVRTC imports and the body generates, else
-`pallas`; on CPU `pallas` (interpret mode). A generated backend that cannot
-be built for a body (a primitive without a C rule, no compiler, NVRTC
-missing or failing) falls back to `pallas`, and the choice says why.
+- fused.py: the BatchSolver, which checks that a study can be fused and
+  wraps the kernel call;
+- system.py: the hybrid solve of a block of lanes, written elementwise;
+- jaxpr.py, columns.py: the study's traced functions replayed on lane
+  vectors, and the kernel's inputs and outputs as columns;
+- backends.py: which backend runs the kernel body: pallas.py (Pallas on
+  Triton; interpret mode on CPU), cuda.py (the body generated as CUDA C by
+  c_source.py, compiled by NVRTC) or host.py (the same C for the host).
 """
-
-import os
-from typing import NamedTuple
-
-from .._lane_jaxpr import Unfusable
-
-ENV = "ROLLSWEEP_KERNEL_BACKEND"
-NAMES = ("cuda", "host", "pallas")
-
-
-class Choice(NamedTuple):
-    """A kernel backend for one kernel body: its name, why it was chosen, and
-    the backend itself (an object or module with `block_call`)."""
-
-    name: str
-    why: str
-    backend: object
-
-
-def requested() -> str | None:
-    """The backend $ROLLSWEEP_KERNEL_BACKEND asks for (None: the default)."""
-    value = os.environ.get(ENV, "").strip().lower()
-    if not value or value == "default":
-        return None
-    if value not in NAMES:
-        raise ValueError(f"{ENV}={value!r}: expected one of {', '.join(NAMES)} (or unset)")
-    return value
-
-
-def _pallas(why: str) -> Choice:
-    from .. import _pallas_backend
-
-    return Choice("pallas", why, _pallas_backend)
-
-
-def choose(body, platform: str, device=None, request: str | None = None) -> Choice:
-    """The kernel backend for a fused kernel body on a JAX platform ("gpu", "cpu").
-
-    request: a backend name, as the environment variable (which is read when
-    it is None); generation and compilation happen here, so a failure falls
-    back to Pallas now, not in the middle of a run."""
-    request = request or requested()
-    if request == "pallas":
-        return _pallas(f"{ENV}=pallas")
-    if request is None and platform != "gpu":
-        return _pallas("the CPU default (Pallas in interpret mode; the lanes solver stays the CPU's default solver)")
-    if request == "host":
-        if platform != "cpu":
-            return _pallas(f"{ENV}=host, but the host kernel runs on CPU arrays only, not on {platform}")
-        try:
-            from .host import HostKernel
-
-            return Choice("host", f"{ENV}=host: generated C compiled for the host", HostKernel.of(body))
-        except Unfusable as error:
-            return _pallas(f"the host kernel could not be built: {error}")
-    # cuda, asked for or the GPU default
-    asked = f"{ENV}=cuda" if request == "cuda" else "the GPU default"
-    if platform != "gpu":
-        return _pallas(f"{asked}, but the platform is {platform}, not a GPU")
-    try:
-        from .cuda import CudaKernel, bindings
-
-        bindings()
-        return Choice("cuda", f"{asked}: generated C compiled by NVRTC, one thread a point",
-                      CudaKernel.of(body, device))
-    except ImportError as error:
-        return _pallas(f"{asked}, but cuda-python (cuda.bindings) is not importable: {error}")
-    except Unfusable as error:
-        return _pallas(f"{asked}, but the CUDA kernel could not be built: {error}")
-    except Exception as error:  # the NVRTC library itself missing, a driver error: never fail a run for it
-        return _pallas(f"{asked}, but NVRTC/CUDA failed: {type(error).__name__}: {error}")
-
-
-def kernel_backend(study, platform: str = "gpu", settings=None, selected=None, request: str | None = None) -> Choice:
-    """Which kernel backend the fused solver would use for `study` on
-    `platform`, and why (builds the study's kernel body; for benchmarks and
-    logs)."""
-    from ..._jax_setup import float64_here
-    from ..fused import _Body
-    from ..settings import SolverSettings
-
-    settings = settings or SolverSettings()
-    selected = tuple(selected or (o.name for o in study.outputs))
-    with float64_here():
-        body = _Body(study.solve_point, settings, [p.name for p in study.parameters], selected, 1)
-        return choose(body, platform, request=request)

@@ -1,6 +1,6 @@
 """The fused kernel's body as C source: one point's whole solve, one thread.
 
-The body (engine.solve.fused._Body) is a function of lane vectors. Traced
+The body (engine.solve.kernel.body.KernelBody) is a function of lane vectors. Traced
 for a block of ONE lane, every value in its jaxpr has a single element, so
 every value is a C scalar, and what Pallas has to run in lockstep becomes
 plain per-thread control flow: `any_lane(mask)` (a max over the lane axis)
@@ -38,8 +38,8 @@ import numpy as np
 from jax import lax
 from jax.extend import core as jex_core
 
-from ..._jax_setup import float64_here
-from .._lane_jaxpr import _CALLS, Unfusable
+from engine._jax_setup import float64_here
+from engine.solve.kernel.jaxpr import _CALLS, Unfusable
 
 # The batch entries' names in the generated source.
 HOST_ENTRY = "rs_solve_batch"

@@ -23,9 +23,9 @@ import threading
 import jax
 import numpy as np
 
-from .._atomic_file import write_whole
-from .c_source import CUDA_ENTRY, KernelSource, KernelUnsupported, generate
-from .host import cache_dir
+from engine.solve._atomic_file import write_whole
+from engine.solve.kernel.c_source import CUDA_ENTRY, KernelSource, KernelUnsupported, generate
+from engine.solve.kernel.host import cache_dir
 
 # Threads per CUDA block. Each thread holds a whole solve (float64 state,
 # stages, event log) in registers and local memory; 128 is a common start,
@@ -185,7 +185,7 @@ class CudaKernel:
 
     @classmethod
     def of(cls, body, device=None) -> "CudaKernel":
-        """The fused kernel body (engine.solve.fused._Body) generated and compiled for the device."""
+        """The fused kernel body (engine.solve.kernel.body.KernelBody) generated and compiled for the device."""
         return cls(generate(body, [np.int32] + list(body.input_dtypes), body.out_dtypes), arch_of(device))
 
     def _function(self, context_key: int):
@@ -227,7 +227,7 @@ class CudaKernel:
                 driver.cuCtxPopCurrent()
 
     def block_call(self, kernel, inputs, out_dtypes, block, interpret) -> list[jax.Array]:
-        """kernel(*inputs) -> outputs, columns in and out (as _pallas_backend.block_call)."""
+        """kernel(*inputs) -> outputs, columns in and out (as engine.solve.kernel.pallas.block_call)."""
         from jax.experimental.buffer_callback import buffer_callback
 
         if [np.dtype(x.dtype) for x in inputs] != list(self.source.in_dtypes):

@@ -27,8 +27,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from ..._jax_setup import user_cache
-from .c_source import HOST_ENTRY, KernelSource, KernelUnsupported, generate
+from engine._jax_setup import user_cache
+from engine.solve.kernel.c_source import HOST_ENTRY, KernelSource, KernelUnsupported, generate
 
 FLAGS = ("-O2", "-fPIC", "-shared", "-std=c11", "-ffp-contract=off", "-fno-fast-math")
 LIBS = ("-lm",)
@@ -105,7 +105,7 @@ class HostKernel:
 
     @classmethod
     def of(cls, body) -> "HostKernel":
-        """The fused kernel body (engine.solve.fused._Body) generated and compiled."""
+        """The fused kernel body (engine.solve.kernel.body.KernelBody) generated and compiled."""
         return cls(generate(body, [np.int32] + list(body.input_dtypes), body.out_dtypes))
 
     def run_numpy(self, *columns: np.ndarray) -> list[np.ndarray]:
@@ -125,7 +125,7 @@ class HostKernel:
         self._entry(arrays[0].shape[0], *[a.ctypes.data for a in arrays + results])
 
     def block_call(self, kernel, inputs, out_dtypes, block, interpret) -> list[jax.Array]:
-        """kernel(*inputs) -> outputs, columns in and out (as _pallas_backend.block_call)."""
+        """kernel(*inputs) -> outputs, columns in and out (as engine.solve.kernel.pallas.block_call)."""
         from jax.experimental.buffer_callback import buffer_callback
 
         if [np.dtype(x.dtype) for x in inputs] != list(self.source.in_dtypes):

@@ -2,8 +2,8 @@
 
 import xarray as xr
 
-from ._status import Status
-from ._study import load_study
+from engine.study.interface import load_study
+from engine.study.status import Status
 
 
 @xr.register_dataset_accessor("rollsweep")

@@ -2,12 +2,13 @@
 
 import dataclasses
 
-from ._cube import CRITICAL, GRID, cube_sweep, failed_shards
-from ._devices import describe_devices
-from ._layout import layouts
-from ._lock import writer
-from ._status import Status
-from ._verify import check_shards
+from engine.cube.devices import describe_devices
+from engine.cube.lock import writer
+from engine.cube.markers import CRITICAL, GRID
+from engine.cube.store import Cube
+from engine.cube.verify import check_shards
+from engine.study.status import Status
+from engine.sweep.layout import layouts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,9 +56,10 @@ def progress(path) -> Progress:
     """Progress as `verify` sees it: a shard counts as done only if its data reads
     back as written."""
     running = writer(path)  # asked first: a run that ends meanwhile leaves a cube at least as done
-    sweep = cube_sweep(path)
+    cube = Cube(path)
+    sweep = cube.sweep
     grid, critical = layouts(sweep)
-    check = check_shards(sweep, path)
+    check = check_shards(cube)
     shards, points_done, failed = {}, 0, 0
     for kind, layout in ((GRID, grid), (CRITICAL, critical)):
         if layout is None:
@@ -68,5 +70,5 @@ def progress(path) -> Progress:
         if kind == GRID:
             points_done = sum(m.get("points", 0) for m in markers.values())
     counts = {s.name.lower(): check.status_counts[s] for s in Status if check.status_counts.get(s)}
-    return Progress(sweep.study.name, shards, points_done, grid.n_points, failed, counts, failed_shards(path),
-                    check.problems(), describe_devices(path), running)
+    return Progress(sweep.study.name, shards, points_done, grid.n_points, failed, counts, cube.markers.failed(),
+                    check.problems(), describe_devices(cube.markers), running)

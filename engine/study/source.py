@@ -1,6 +1,7 @@
-"""Provenance attributes: what produced a cube, so it can be trusted later."""
+"""The code a cube's values come from: the study's own files (their digest
+keys the exported programs and is stored in each cube), the engine's git
+commit and the packages' versions."""
 
-import datetime
 import functools
 import hashlib
 import importlib.metadata
@@ -49,7 +50,7 @@ def study_folder(study) -> pathlib.Path | None:
     point = study.solve_point
     for fn in (point, getattr(point, "start", None), getattr(point, "finish", None)):
         module = inspect.getmodule(fn) if fn is not None else None
-        if module is None or module.__name__.partition(".")[0] == __package__:
+        if module is None or module.__name__.partition(".")[0] == "engine":
             continue
         try:
             return pathlib.Path(inspect.getsourcefile(module)).resolve().parent
@@ -77,47 +78,3 @@ def folder_digest(folder: pathlib.Path, pattern: str = "*") -> str:
         if file.is_file() and not written:
             digest.update(relative.as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
     return digest.hexdigest()
-
-
-def device() -> str:
-    """The device this thread solves on (see engine.solve.device.device_name)."""
-    from .solve.device import device_name
-
-    return device_name()
-
-
-def devices(platform: str | None = None) -> str:
-    """Every device of `platform` (None: JAX's default backend) a run of this
-    process spreads its shards over: "cpu:cpu", "gpu:NVIDIA H100 x4"."""
-    from .solve.device import local_devices
-
-    found = local_devices(platform)
-    return f"{found[0].platform}:{found[0].device_kind}" + (f" x{len(found)}" if len(found) > 1 else "")
-
-
-def provenance(sweep, platform: str | None) -> dict:
-    """The cube's provenance attributes; `platform`: where the run solves (its
-    plan's device; None: JAX's default backend)."""
-    from . import __version__
-
-    return {
-        "title": f"rollsweep cube: {sweep.study.title}",
-        "study": sweep.study.name,
-        "study_version": sweep.study.version,
-        "study_source": sweep.study.source,
-        "study_fingerprint": study_fingerprint(sweep.study),
-        "engine_version": __version__,
-        "config": sweep.text,
-        "config_file": sweep.file,
-        "config_hash": sweep.config_hash,
-        "axes": list(sweep.axis_names),
-        "critical": [sweep.critical.axis, sweep.critical.output] if sweep.critical else [],
-        "dtype": sweep.solver.dtype,
-        "solver": sweep.solver.solver,
-        "rtol": sweep.solver.rtol,
-        "atol": sweep.solver.atol,
-        "git_commit": git_commit(),
-        "versions": dict(versions()),  # a copy: the cached one stays as found
-        "device": devices(platform),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }

@@ -10,26 +10,15 @@ import dataclasses
 import math
 
 import numpy as np
-import zarr
 
-from ._cube import (
-    CRITICAL,
-    GRID,
-    _quiet_zarr,
-    critical_name,
-    cube_sweep,
-    digest,
-    marker_path,
-    read_attrs,
-    read_markers,
-)
-from ._layout import layouts
-from ._status import Status
+from engine.cube.markers import GRID
+from engine.cube.store import Cube, digest, quiet_zarr
+from engine.cube.structure import kind_arrays
+from engine.study.status import Status
 
 # Values read at once while checking: block rows of shards are read together (one
 # read per shard took ~1 ms each), up to this many values.
 SLAB_VALUES = 4_000_000
-COUNTERS = ("status", "num_steps", "num_events")
 
 
 @dataclasses.dataclass
@@ -43,16 +32,6 @@ class ShardCheck:
     def problems(self) -> list[str]:
         return [f"{kind} shard {shard} {reason}" for kind, shards in self.damaged.items()
                 for shard, reason in sorted(shards.items())]
-
-
-def kind_arrays(sweep) -> dict:
-    """kind -> (layout, names of the arrays a shard of that kind writes)."""
-    grid, critical = layouts(sweep)
-    kinds = {GRID: (grid, (*sweep.outputs, *COUNTERS))}
-    if critical is not None:
-        name = critical_name(sweep)
-        kinds[CRITICAL] = (critical, (name, f"{name}_status"))
-    return kinds
 
 
 def read_by_shard(array, layout, shards):
@@ -85,20 +64,19 @@ def read_by_shard(array, layout, shards):
 
 def _read(array, region):
     try:
-        with _quiet_zarr():
+        with quiet_zarr():
             return np.asarray(array[region])
     except Exception as err:  # noqa: BLE001 - any decoding error: the chunk is damaged
         return err
 
 
-def check_shards(sweep, path) -> ShardCheck:
+def check_shards(cube: Cube) -> ShardCheck:
     """Read every done shard back and compare it with its marker's checksums."""
-    with _quiet_zarr():
-        group = zarr.open_group(path, mode="r")
+    sweep, group = cube.sweep, cube.group()
     damaged, sound, counts = {}, {}, {}
     shard_counts = {}  # grid shard -> {status code: points}
     for kind, (layout, names) in kind_arrays(sweep).items():
-        markers = read_markers(path, kind)
+        markers = cube.markers.read(kind)
         bad = damaged.setdefault(kind, {})
         for shard, marker in markers.items():
             if marker is None:
@@ -133,13 +111,13 @@ def check_shards(sweep, path) -> ShardCheck:
     return ShardCheck(damaged, sound, counts)
 
 
-def repair(sweep, path) -> dict:
+def repair(cube: Cube) -> dict:
     """Drop the done markers of damaged shards, so that this run solves them again.
     Returns the damaged shards by kind."""
-    damaged = check_shards(sweep, path).damaged
+    damaged = check_shards(cube).damaged
     for kind, shards in damaged.items():
         for shard in shards:
-            marker_path(path, kind, shard).unlink(missing_ok=True)
+            cube.markers.drop_done(kind, shard)
     return damaged
 
 
@@ -178,18 +156,18 @@ def verify(path) -> list[str]:
 def examine(path) -> Verdict:
     """Every done shard read back against its checksums, the cube's structure
     checked, and how many shards are done (a cube being written is partial)."""
-    from ._lock import writer
+    from engine.cube.lock import writer
 
     running = writer(path)  # asked first: a run that ends meanwhile leaves a cube at least as done
-    sweep = cube_sweep(path)  # refuses non-cubes and other store formats
+    cube = Cube(path)
+    sweep = cube.sweep  # refuses non-cubes and other store formats
     problems = []
-    attrs = read_attrs(path)
+    attrs = cube.attrs
     if attrs["config_hash"] != sweep.config_hash:
         problems.append(f"config hash {attrs['config_hash'][:12]} does not match its config ({sweep.config_hash[:12]})")
     if not attrs.get("engine_version"):
         problems.append("no engine version recorded")
-    with _quiet_zarr():
-        group = zarr.open_group(path, mode="r")
+    group = cube.group()
     for layout, names in kind_arrays(sweep).values():
         for name in names:
             chunks = layout.chunks + (sweep.study.outputs_by_name[name].shape if name in sweep.outputs else ())
@@ -197,7 +175,7 @@ def examine(path) -> Verdict:
                 problems.append(f"variable {name} is missing")
             elif tuple(group[name].chunks) != chunks:
                 problems.append(f"variable {name}: chunks {tuple(group[name].chunks)} are not the shards {chunks}")
-    check = check_shards(sweep, path)
+    check = check_shards(cube)
     total = sum(layout.n_shards for layout, _ in kind_arrays(sweep).values())
     done = sum(len(markers) for markers in check.markers.values())
     return Verdict(problems + check.problems(), done, total, running)

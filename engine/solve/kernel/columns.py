@@ -5,14 +5,14 @@ boundary (the parameters, a start computed before it, a solution finished
 after it, the outputs) is a pytree of one point's small arrays, and each of
 their elements travels as a column of its own: outside the kernel a batch
 array of the leaf is cut into columns and put back together, inside it an
-element is a lane vector (engine.solve._lane_jaxpr's object arrays).
+element is a lane vector (engine.solve.kernel.jaxpr's object arrays).
 """
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._lane_jaxpr import Unfusable, from_list, lane_vector
+from engine.solve.kernel.jaxpr import Unfusable, from_list, lane_vector
 
 
 def column_dtype(dtype):

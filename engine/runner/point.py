@@ -10,8 +10,8 @@ import math
 
 import numpy as np
 
-from ._config import Sweep, _Checker, plain
-from .errors import ConfigError
+from engine.errors import ConfigError
+from engine.sweep.config import Sweep, _Checker, plain
 
 WHERE = "<command line>"
 
@@ -64,7 +64,7 @@ def solve_eagerly(study, params: dict, settings) -> PointReport:
     import jax
     import jax.numpy as jnp
 
-    from .solve.hybrid import HybridPoint
+    from engine.solve.hybrid import HybridPoint
 
     args = {k: jnp.asarray(v, settings.dtype) for k, v in params.items()}
     point, events = study.solve_point, None
@@ -98,7 +98,7 @@ def _event_log(system, solution) -> list:
 
 
 def describe(study, report: PointReport) -> str:
-    from ._status import Status
+    from engine.study.status import Status
 
     lines = [f"study       {study.name}", "parameters"]
     for name, value in report.parameters.items():

@@ -15,11 +15,11 @@ import tomllib
 
 import numpy as np
 
-from ._layout import Layout, chunk_shape
-from ._slurm import _checked
-from ._study import Study, load_study
-from .errors import ConfigError
-from .solve.settings import DTYPES, SOLVERS, SolverSettings, tolerance_floor
+from engine.errors import ConfigError
+from engine.study.interface import Study, load_study
+from engine.sweep.layout import Layout, chunk_shape
+from engine.sweep.resources import checked as check_slurm_table
+from engine.sweep.settings import DTYPES, SOLVERS, SolverSettings, tolerance_floor
 
 TOP_LEVEL_KEYS = {"study", "outputs", "parameter_file", "parameters", "axes", "solver", "critical", "run", "slurm"}
 RUN_KEYS = {"shard_size", "batch_size", "out", "executor", "workers"}
@@ -248,7 +248,7 @@ def default_shard_size(study, shape: tuple[int, ...]) -> int:
     both, 135). A large grid of cheap points gets large shards: every shard is
     a chunk file per array and a done marker, and on a 2-core machine creating
     a file costs ~0.9 ms, as much as solving thousands of such points (runs
-    solve shards together in tasks, engine._tasks, but write them one file
+    solve shards together in tasks, engine.runner.tasks, but write them one file
     each). It depends on the sweep and the study alone, never on the machine:
     a store made on one machine resumes on another with the same shards.
     Doubled while the grid would have more than MAX_SHARDS shards. Measured
@@ -273,7 +273,7 @@ def _solver_settings(study, values: dict) -> SolverSettings:
 
 def _check_resolution(file, study, settings: SolverSettings, written: dict) -> None:
     """Refuse tolerances finer than the sweep's dtype resolves (see
-    engine.solve.settings.tolerance_floor), naming the key, where the value came
+    engine.sweep.settings.tolerance_floor), naming the key, where the value came
     from and the floor."""
     for key in ("rtol", "atol"):
         value, floor = getattr(settings, key), tolerance_floor(settings.dtype, key)
@@ -311,7 +311,7 @@ def plain(value) -> str:
 def _check_slurm(table: dict, file) -> None:
     """The [slurm] table's keys and types, whatever the executor: a typo is
     reported by `validate` and every run, not only when a SLURM run starts."""
-    _checked(table, str(file))
+    check_slurm_table(table, str(file))
 
 
 class _Checker:

@@ -5,9 +5,9 @@ import tomllib
 
 import numpy as np
 
-from ._cube import open_cube, read_attrs
-from ._study import load_study
-from .errors import StoreError
+from engine.cube.store import Cube
+from engine.errors import StoreError
+from engine.study.interface import load_study
 
 # matplotlib is imported by plot_cube: the studies import scale_axes at every
 # run, which never draws.
@@ -16,7 +16,8 @@ from .errors import StoreError
 def plot_cube(path, out=None) -> list[pathlib.Path]:
     import matplotlib.pyplot as plt
     path = pathlib.Path(path)
-    attrs = read_attrs(path)
+    cube = Cube(path)
+    attrs = cube.attrs
     if "study" not in attrs:
         raise StoreError(f"{path}: not a rollsweep cube")
     study = load_study(attrs["study"])
@@ -26,7 +27,7 @@ def plot_cube(path, out=None) -> list[pathlib.Path]:
     folder.mkdir(parents=True, exist_ok=True)
     stem = path.name.removesuffix(".zarr")
     written = []
-    for name, fig in study.figures(open_cube(path)).items():
+    for name, fig in study.figures(cube.dataset()).items():
         target = folder / f"{stem}_{name}.png"
         fig.savefig(target, dpi=130)
         plt.close(fig)

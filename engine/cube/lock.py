@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 
-from .errors import StoreError
+from engine.errors import StoreError
 
 _OWNER = re.compile(r"pid (\d+) on (\S+)")
 

@@ -3,10 +3,10 @@
 import dataclasses
 import pathlib
 
-from ._config import parse_sweep
-from ._execute import run
-from ._plot import plot_cube
-from ._study import available_studies
+from engine.cube.plot import plot_cube
+from engine.runner.execute import run
+from engine.study.interface import available_studies
+from engine.sweep.config import parse_sweep
 
 
 def run_demo(folder: pathlib.Path, workers=None, executor=None, studies=None) -> list[pathlib.Path]:

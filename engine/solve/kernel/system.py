@@ -8,7 +8,7 @@ crossing, the cubic's root then Newton re-steps as on the lanes), resets and
 mode switches, from the lane's start (state, mode, arguments, horizon) to
 its HybridSolution. The system's functions (vector fields, conditions,
 targets, resets) are traced for one point and evaluated on lane vectors
-(engine.solve._lane_jaxpr), so a state of n components is n lane vectors and
+(engine.solve.kernel.jaxpr), so a state of n components is n lane vectors and
 everything here is elementwise.
 
 The lanes of a block run in lockstep: the block's loop lasts as long as its
@@ -26,17 +26,18 @@ steps included.
 
 import functools
 
-import diffrax
 import jax
 import jax.numpy as jnp
 
-from .._status import Status
-from . import _pallas_backend as backend
-from ._lane_jaxpr import LaneFunction, from_list, lane_vector
-from .hybrid import _INACTIVE, HybridSolution, HybridSystem
-from .lanes import _LOCATE_TRIES, _NONFINITE_SHRINK
-from .locate import crossed, hermite_root, newton_update, start_value, time_tolerance
-from .settings import SolverSettings
+import engine.solve.kernel.pallas as backend
+from engine.solve import stepper
+from engine.solve.hybrid import _INACTIVE, HybridSolution, HybridSystem
+from engine.solve.kernel.jaxpr import LaneFunction, from_list, lane_vector
+from engine.solve.lanes import _LOCATE_TRIES, _NONFINITE_SHRINK
+from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
+from engine.solve.stepper import Components, Controller, chained
+from engine.study.status import Status
+from engine.sweep.settings import SolverSettings
 
 
 def _pick(options, index):
@@ -66,15 +67,6 @@ def _all(vectors):
 
 def _any(vectors):
     return functools.reduce(jnp.logical_or, vectors)
-
-
-def _sum(vectors):
-    return functools.reduce(jnp.add, vectors)
-
-
-def _rms(vectors):
-    """settings.rms_norm over a state's components."""
-    return jnp.sqrt(_sum([v * v for v in vectors]) / len(vectors))
 
 
 class LaneSolve:
@@ -111,16 +103,8 @@ class LaneSolve:
         self.ends_at_horizon = [m.ends_at_horizon for m in system.modes]
         self.rows = system.event_rows(settings.max_segments)
 
-        solver = settings.make_solver()
-        self.tableau = solver.tableau
-        controller = settings.make_controller()
-        # Integral control only, as SolverSettings.make_controller sets up (and the lanes solver assumes).
-        assert controller.pcoeff == controller.dcoeff == 0 and controller.dtmin is None and controller.dtmax is None
-        self.error_order = float(solver.error_order(diffrax.ODETerm(system._vector_field)))
-        self.exponent = float(controller.icoeff) / self.error_order
-        self.rtol, self.atol = float(controller.rtol), float(controller.atol)
-        self.safety, self.factormin, self.factormax = (
-            float(controller.safety), float(controller.factormin), float(controller.factormax))
+        self.tableau = settings.make_solver().tableau
+        self.controller = Controller.of(settings)
 
     def solution_shapes(self) -> HybridSolution:
         """The shapes and dtypes of a point's solution (what a finish reads)."""
@@ -164,59 +148,25 @@ class LaneSolve:
         directions = self.directions or [None]
         return [crossed(b, a, d) for b, a, d in zip(before, after, directions, strict=True)]
 
+    def _field(self, mode, args):
+        """The vector field as the stepper calls it: of Components, to Components."""
+        return lambda t, y: Components(self.field(t, list(y), mode, args))
+
     def step(self, t0, t1, y0, f0, mode, args):
-        """One explicit Runge-Kutta step of the tableau (coefficients as Python
-        floats), as the lanes' _Machine.step: new state, error estimate, and the
-        vector field at the new state."""
-        tableau = self.tableau
-        h = t1 - t0
-
-        def combine(weights, ks):
-            terms = [(float(w), k) for w, k in zip(weights, ks, strict=True) if w != 0]
-            if not terms:
-                return [jnp.zeros_like(t0)] * self.n_state
-            return [_sum([w * k[i] for w, k in terms]) for i in range(self.n_state)]
-
-        ks = [f0]
-        for c, a in zip(tableau.c, tableau.a_lower, strict=True):
-            increment = combine(a, ks)
-            ks.append(self.field(t0 + float(c) * h, [y + h * d for y, d in zip(y0, increment, strict=True)], mode,
-                                 args))
-        y1 = [y + h * d for y, d in zip(y0, combine(tableau.b_sol, ks), strict=True)]
-        error = [h * e for e in combine(tableau.b_error, ks)]
-        f1 = ks[-1] if tableau.fsal else self.field(t1, y1, mode, args)
-        return y1, error, f1
+        """One Runge-Kutta step (engine.solve.stepper.step) on lane vectors: new
+        state, error estimate, and the vector field at the new state."""
+        y1, error, f1, _ = stepper.step(self.tableau, self._field(mode, args), t0, t1, Components(y0), Components(f0),
+                                        combine=chained)
+        return list(y1), list(error), list(f1)
 
     def adapt(self, t0, t1, y0, y1, y_error):
-        """diffrax's PIDController.adapt_step_size (integral control), lane-wise:
-        accept the step?, and the next step's size."""
-        nan = _any([jnp.isnan(y) for y in y1])
-        scaled = [e / (self.atol + jnp.maximum(jnp.abs(a), jnp.abs(jnp.where(nan, a, b))) * self.rtol)
-                  for e, a, b in zip(y_error, y0, y1, strict=True)]
-        scaled_error = _rms(scaled)
-        keep = scaled_error < 1
-        factor = jnp.clip(
-            self.safety * jnp.power(scaled_error, -self.exponent),
-            min=jnp.where(keep, 1.0, self.factormin),
-            max=jnp.where(keep, self.factormax, self.safety),
-        )
-        next_t0 = jnp.where(keep, t1, t0)
-        return keep, (next_t0 + (t1 - t0) * factor) - next_t0
+        """Accept the step?, and the next step's size (Controller.adapt)."""
+        keep, next_t0, next_t1 = self.controller.adapt(t0, t1, Components(y0), Components(y1), Components(y_error))
+        return keep, next_t1 - next_t0
 
     def first_step(self, t0, y0, f0, mode, args, horizon):
-        """diffrax's initial step-size guess (PIDController.init with dt0=None),
-        as every segment of diffeqsolve starts, clipped to the horizon."""
-        scale = [self.atol + jnp.abs(y) * self.rtol for y in y0]
-        d0 = _rms([y / s for y, s in zip(y0, scale, strict=True)])
-        d1 = _rms([f / s for f, s in zip(f0, scale, strict=True)])
-        small = (d0 < 1e-5) | (d1 < 1e-5)
-        h0 = jnp.where(small, 1e-6, 0.01 * (d0 / jnp.where(small, 1.0, d1)))
-        f1 = self.field(t0 + h0, [y + h0 * f for y, f in zip(y0, f0, strict=True)], mode, args)
-        d2 = _rms([(b - a) / s for a, b, s in zip(f0, f1, scale, strict=True)]) / h0
-        max_d = jnp.maximum(d1, d2)
-        h1 = jnp.where(max_d <= 1e-15, jnp.maximum(1e-6, h0 * 1e-3), jnp.power(0.01 / max_d, 1 / self.error_order))
-        t1 = t0 + jnp.minimum(100 * h0, h1)
-        return jnp.minimum(t1 - t0, horizon - t0)
+        """The initial step-size guess of a segment (Controller.first_step)."""
+        return self.controller.first_step(self._field(mode, args), t0, Components(y0), Components(f0), horizon)
 
     def segment_start(self, t, y, mode, args, horizon):
         """First stage, conditions (a root at the start is not a crossing: start_value),

@@ -1,8 +1,8 @@
-"""One task (engine._tasks): solve its shards' points together, write each
+"""One task (engine.runner.tasks): solve its shards' points together, write each
 shard's region, mark each done.
 
 Runs wherever the task lands (this process, a dask worker, a SLURM job); it
-needs the sweep, the plan of the process it runs in, and the store path.
+needs the cube (its store and sweep) and the plan of the process it runs in.
 """
 
 import os
@@ -12,16 +12,18 @@ import traceback
 
 import numpy as np
 
-from ._config import Sweep
-from ._cube import CRITICAL, GRID, critical_name, mark_done, mark_failed, write_regions
-from ._layout import layouts
-from ._provenance import device, study_folder
-from ._status import Status
-from ._tasks import Task
-from .solve.base import Plan
-from .solve.critical import find_critical
-from .solve.device import on_platform
-from .solve.evaluate import evaluate
+from engine.cube.markers import CRITICAL, GRID
+from engine.cube.store import Cube
+from engine.cube.structure import critical_name
+from engine.runner.tasks import Task
+from engine.solve.base import Plan
+from engine.solve.critical import find_critical
+from engine.solve.device import device_name, on_platform
+from engine.solve.evaluate import evaluate
+from engine.study.source import study_folder
+from engine.study.status import Status
+from engine.sweep.config import Sweep
+from engine.sweep.layout import layouts
 
 
 def _point_params(sweep: Sweep, names, columns, n) -> dict:
@@ -54,17 +56,19 @@ def _regions(layout, task: Task, arrays: dict) -> list:
     return regions
 
 
-def run_grid_task(sweep: Sweep, plan: Plan, path, task: Task) -> dict:
+def run_grid_task(cube: Cube, plan: Plan, task: Task) -> dict:
+    sweep = cube.sweep
     grid, _ = layouts(sweep)
     columns = _task_points(grid, task, [a.values for a in sweep.axes])
     start = time.perf_counter()
     params = _point_params(sweep, sweep.axis_names, columns, task.points)
     result = evaluate(sweep.study, sweep.solver, params, outputs=sweep.outputs, plan=plan)
     flat = dict(result.outputs, status=result.status, num_steps=result.num_steps, num_events=result.num_events)
-    return _finish(path, task, result.status, start, write_regions(path, _regions(grid, task, flat)))
+    return _finish(cube, task, result.status, start, cube.write_regions(_regions(grid, task, flat)))
 
 
-def run_critical_task(sweep: Sweep, plan: Plan, path, task: Task) -> dict:
+def run_critical_task(cube: Cube, plan: Plan, task: Task) -> dict:
+    sweep = cube.sweep
     _, layout = layouts(sweep)
     c = sweep.critical
     other = [a for a in sweep.axes if a.name != c.axis]
@@ -83,20 +87,20 @@ def run_critical_task(sweep: Sweep, plan: Plan, path, task: Task) -> dict:
     roots, status = find_critical(output_at, c.bracket, c.target, c.xtol, task.points)
     name = critical_name(sweep)
     regions = _regions(layout, task, {name: roots, f"{name}_status": status})
-    return _finish(path, task, status, start, write_regions(path, regions))
+    return _finish(cube, task, status, start, cube.write_regions(regions))
 
 
-def _finish(path, task: Task, status, start, digests) -> dict:
+def _finish(cube: Cube, task: Task, status, start, digests) -> dict:
     """Each shard of the task marked done (its digests, its points' failures and
     its share of the task's time), and the task's report."""
     seconds = time.perf_counter() - start
-    solved_on = device()
+    solved_on = device_name()
     failed = 0
     for shard, points, shard_status, shard_digests in zip(
             task.shards, task.sizes, _by_shard(task, {"status": status}), digests, strict=True):
         shard_failed = int(np.count_nonzero(shard_status["status"] != Status.SUCCESS))
         failed += shard_failed
-        mark_done(path, task.kind, shard, {
+        cube.markers.mark_done(task.kind, shard, {
             "kind": task.kind,
             "shard": shard,
             "points": int(points),
@@ -119,11 +123,11 @@ def _report(task: Task, solved: int, failed: int, raised: int = 0, **more) -> di
 RUNNERS = {GRID: run_grid_task, CRITICAL: run_critical_task}
 
 
-def run_task(sweep: Sweep, plan: Plan, path, task: Task) -> dict:
+def run_task(cube: Cube, plan: Plan, task: Task) -> dict:
     """A task solved, and its device named, on its plan's platform: on a GPU
     machine a small vmapped sweep's is the CPU (engine.solve.plan.solving_device)."""
     with on_platform(plan.device.platform):
-        return RUNNERS[task.kind](sweep, plan, path, task)
+        return RUNNERS[task.kind](cube, plan, task)
 
 
 # Innermost frames in the study's code named with a shard's error: where it raised
@@ -131,14 +135,13 @@ def run_task(sweep: Sweep, plan: Plan, path, task: Task) -> dict:
 LOCATION_FRAMES = 3
 
 
-def record_failure(path, task: Task, err: Exception, study=None) -> dict:
+def record_failure(cube: Cube, task: Task, err: Exception) -> dict:
     """A task that raised: each of its shards recorded in the store with the
-    error and, given the study, where in the study's code it raised; the sweep
-    goes on."""
-    where = failure_location(err, study_folder(study)) if study is not None else ""
+    error and where in the study's code it raised; the sweep goes on."""
+    where = failure_location(err, study_folder(cube.sweep.study))
     message = f"{type(err).__name__}: {err}" + (f" ({where})" if where else "")
     for shard in task.shards:
-        mark_failed(path, task.kind, shard, message)
+        cube.markers.mark_failed(task.kind, shard, message)
     return _report(task, solved=0, failed=0, raised=len(task.shards), error=message)
 
 
@@ -158,19 +161,19 @@ def _shown(filename: str) -> str:
     return filename if relative.startswith("..") else relative
 
 
-def run_or_record(sweep: Sweep, plan: Plan, path, task: Task) -> dict:
+def run_or_record(cube: Cube, plan: Plan, task: Task) -> dict:
     """Run one task; a study error is recorded as failed shards, while a disk
     error (full, read-only) propagates and stops the run: done shards are kept.
     A task of several shards that raises is run again shard by shard, so that
     a study bug on some points costs only the shards that hold them."""
     try:
-        return run_task(sweep, plan, path, task)
+        return run_task(cube, plan, task)
     except OSError:
         raise
     except Exception as err:  # noqa: BLE001 - a study bug on some points must not stop the sweep
         if len(task.shards) == 1:
-            return record_failure(path, task, err, sweep.study)
-    reports = [run_or_record(sweep, plan, path, Task(task.kind, (shard,), (points,)))
+            return record_failure(cube, task, err)
+    reports = [run_or_record(cube, plan, Task(task.kind, (shard,), (points,)))
                for shard, points in zip(task.shards, task.sizes, strict=True)]
     errors = [r["error"] for r in reports if "error" in r]
     return _report(task, solved=sum(r["solved"] for r in reports), failed=sum(r["failed"] for r in reports),

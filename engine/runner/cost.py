@@ -3,13 +3,13 @@
 import dataclasses
 import math
 
-from ._allocation import memory_bytes
-from ._config import Sweep
-from ._layout import layouts
-from ._tasks import task_points
-from .errors import ConfigError
-from .solve.base import Plan
-from .solve.plan import make_plan, solver_of
+from engine.errors import ConfigError
+from engine.runner.tasks import task_points
+from engine.solve.allocation import memory_bytes
+from engine.solve.base import Plan
+from engine.solve.plan import make_plan
+from engine.sweep.config import Sweep
+from engine.sweep.layout import layouts
 
 # Bytes held per point while a shard is in flight: inputs and outputs on the
 # device, their host copies, and the zarr encode buffers (three copies of 8 B each).
@@ -24,7 +24,7 @@ class Cost:
     shards: int
     shard_points: int
     shard_bytes: int  # host memory of one task in flight (its shards' arrays; on CPU its calls too)
-    task_points: int  # points a task aims at (engine._tasks)
+    task_points: int  # points a task aims at (engine.runner.tasks)
     critical_points: int
     critical_shards: int
     memory_budget: int
@@ -58,7 +58,7 @@ def estimate(sweep: Sweep, workers: int = 1, plan: Plan | None = None) -> Cost:
     """`workers`: tasks in flight at once; `plan`: the run's (made here where not given)."""
     grid, critical = layouts(sweep)
     plan = plan or plan_for(sweep)
-    call_bytes = solver_of(plan).working_bytes(plan)
+    call_bytes = plan.solver.working_bytes(plan)
     n_values = sum(math.prod(sweep.study.outputs_by_name[n].shape) for n in sweep.outputs) + len(sweep.axes) + 3
     shard_points = math.prod(grid.chunks)
     aim = task_points(plan, grid.n_points, workers)

@@ -8,16 +8,19 @@ import sys
 
 import cloudpickle
 
-from ._config import Sweep
-from ._cost import check_memory, fits_in_memory, plan_for
-from ._cube import CRITICAL, GRID, done_shards, prepare, slurm_folder
-from ._execute import default_workers, inline_results, pending_shards
-from ._jax_setup import DeviceError, check_device, configure
-from ._layout import layouts
-from ._lock import locked
-from ._shard import record_failure
-from ._slurm import array_script, check_script, read_share, resolve, sbatch, write_share
-from ._tasks import Task, group, task_points
+from engine._jax_setup import DeviceError, check_device, configure
+from engine.cube.lock import locked
+from engine.cube.markers import CRITICAL, GRID
+from engine.cube.prepare import prepare
+from engine.cube.store import Cube
+from engine.runner.cost import check_memory, fits_in_memory, plan_for
+from engine.runner.execute import default_workers, inline_results, pending_shards
+from engine.runner.shard import record_failure
+from engine.runner.slurm import array_script, check_script, read_share, resolve, sbatch, write_share
+from engine.runner.tasks import Task, group, task_points
+from engine.solve.device import devices_name
+from engine.sweep.config import Sweep
+from engine.sweep.layout import layouts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,16 +36,17 @@ def submit(sweep: Sweep, keywords: dict, dry_run: bool = False) -> Submission:
     resources = resolve(sweep.slurm, keywords, sweep.file)
     check_memory(sweep, 1)
     path = sweep.out.resolve()
-    folder = slurm_folder(path)
+    cube = Cube(path, sweep)
+    folder = cube.markers.slurm_folder
     name = f"rollsweep-{sweep.study.name}-{sweep.config_hash[:8]}"
     if dry_run:  # nothing written: the script as it would be for a fresh cube
-        pending = pending_shards(sweep, path)
+        pending = pending_shards(cube)
         tasks = max(1, min(resources.tasks, len(pending)))
         script = array_script(resources, path, folder / "share-<time>.json", name, tasks, folder)
         return Submission(script, tasks=tasks, shards=len(pending))
     with locked(path):  # the jobs write the store; this process only prepares it
-        prepare(sweep, path)
-    pending = pending_shards(sweep, path)
+        prepare(sweep, path, devices=devices_name())
+    pending = pending_shards(cube)
     if not pending:
         return Submission("", shards=0)
     tasks = min(resources.tasks, len(pending))
@@ -64,7 +68,7 @@ def sweep_file(share) -> pathlib.Path:
 def write_sweep(share, sweep: Sweep) -> None:
     """The resolved sweep, as the submitting process parsed it (its
     parameter_file read there, once): the array tasks load it, never parse the
-    sweep again. A registered study travels by name (engine._study.Study)."""
+    sweep again. A registered study travels by name (engine.study.interface.Study)."""
     sweep_file(share).write_bytes(cloudpickle.dumps(sweep))
 
 
@@ -79,12 +83,12 @@ def work(store, task: int, share) -> int:
     is recorded as failed (with its error) and the others still run. A job that
     asked for a GPU and has none records its first shard as failed and stops."""
     configure()
-    store = pathlib.Path(store)
     sweep = read_sweep(share)
+    cube = Cube(store, sweep)
     grid, critical = layouts(sweep)
     sizes = {GRID: grid, CRITICAL: critical}
     mine = read_share(share, task)
-    done = {kind: done_shards(store, kind) for kind in {kind for kind, _ in mine}}
+    done = {kind: cube.markers.done(kind) for kind in {kind for kind, _ in mine}}
     # Done already: a resubmission, or a task of an earlier submission.
     pending = [(kind, shard, sizes[kind].shard_points(shard)) for kind, shard in mine if shard not in done[kind]]
     if not pending:
@@ -93,7 +97,7 @@ def work(store, task: int, share) -> int:
         check_device()
     except DeviceError as err:
         kind, shard, points = pending[0]
-        record_failure(str(store), Task(kind, (shard,), (points,)), err, sweep.study)
+        record_failure(cube, Task(kind, (shard,), (points,)), err)
         print(f"rollsweep: error: {store}: {err}", file=sys.stderr)
         return 1
     plan = plan_for(sweep)  # this array task's one plan, from its own device
@@ -101,5 +105,5 @@ def work(store, task: int, share) -> int:
     if not fits_in_memory(sweep, threads, plan):
         threads = 1  # as the submission checked: a task at a time
     tasks = group(pending, task_points(plan, sum(p for _, _, p in pending), threads))
-    failures = sum(info["raised"] for info in inline_results(sweep, plan, str(store), tasks, threads))
+    failures = sum(info["raised"] for info in inline_results(cube, plan, tasks, threads))
     return 1 if failures else 0

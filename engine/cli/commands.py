@@ -7,15 +7,15 @@ import signal
 import sys
 import threading
 
-from ._config import check_workers, load_sweep
-from .errors import ConfigError, StoreError
+from engine.errors import ConfigError, StoreError
+from engine.sweep.config import check_workers, load_sweep
 
 EXIT_BAD_INPUT = 2
 EXIT_PARTIAL = 3  # verify: what is done is sound, but not every shard is
 
 
 def _studies(args):
-    from ._study import available_studies, load_study
+    from engine.study.interface import available_studies, load_study
 
     if args.name is None:
         studies = [load() for _, load in sorted(available_studies().items())]
@@ -46,8 +46,8 @@ def _describe_study(study, solvers: bool) -> None:
 
 def _describe_solvers(study) -> None:
     """The batch solver this machine's plan takes, and the one a GPU's would (with why not fused)."""
-    from .solve import SOLVERS, Device, detect
-    from .solve.plan import GPU_MIN_POINTS, default_solver
+    from engine.solve import SOLVERS, Device, detect
+    from engine.solve.plan import GPU_MIN_POINTS, default_solver
 
     here = detect()
     print(f"  solver here ({here.platform}): {default_solver(study, here)}")
@@ -65,22 +65,22 @@ def _say_fused_fallback(sweep) -> None:
     """On a GPU, one line on stderr where the fused kernel's check failed
     unexpectedly (an exception, not a property of the study) and the plan fell
     back to another solver. Nothing on CPU, where the fused kernel is not the default."""
-    from .solve import SOLVERS, detect
-    from .solve.fused import PLEASE_REPORT
+    from engine.solve import SOLVERS, detect
+    from engine.solve.kernel.body import PLEASE_REPORT
 
     if detect().platform != "gpu":
         return
     reason = SOLVERS["fused"].unsupported(sweep.study)
     if reason and reason.endswith(PLEASE_REPORT):
-        from ._cost import plan_for
+        from engine.runner.cost import plan_for
 
         plan = plan_for(sweep)
         print(f"rollsweep: warning: study {sweep.study.name} is not fused on this GPU ({reason}); it solves with the "
-              f"{plan.solver} solver on {plan.device.platform}", file=sys.stderr)
+              f"{plan.solver.name} solver on {plan.device.platform}", file=sys.stderr)
 
 
 def _validate(args):
-    from ._cost import check_memory
+    from engine.runner.cost import check_memory
 
     check_workers(args.workers)
     sweep = load_sweep(args.config, out=args.out)
@@ -93,7 +93,7 @@ def _validate(args):
 
 
 def _run(args):
-    from ._execute import run
+    from engine.runner.execute import run
 
     check_workers(args.workers)
     sweep = load_sweep(args.config, out=args.out)
@@ -133,7 +133,7 @@ def _slurm_keywords(args) -> dict:
 
 
 def _submit(args):
-    from ._submit import submit
+    from engine.runner.submit import submit
 
     sweep = load_sweep(args.config, out=args.out)
     result = submit(sweep, _slurm_keywords(args), dry_run=args.dry_run)
@@ -147,13 +147,13 @@ def _submit(args):
 
 
 def _work(args):
-    from ._submit import work
+    from engine.runner.submit import work
 
     return work(args.store, args.task, args.share)
 
 
 def _verify(args):
-    from ._verify import examine
+    from engine.cube.verify import examine
 
     verdict = examine(args.path)
     for problem in verdict.problems:
@@ -165,8 +165,8 @@ def _verify(args):
 
 
 def _point(args):
-    from ._jax_setup import configure
-    from ._point import describe, select_point, solve_eagerly
+    from engine._jax_setup import configure
+    from engine.runner.point import describe, select_point, solve_eagerly
 
     sweep = load_sweep(args.config, writes=False)
     params = select_point(sweep, args.at or [], args.index)
@@ -176,20 +176,20 @@ def _point(args):
 
 
 def _status(args):
-    from ._status_report import progress
+    from engine.cube.status_report import progress
 
     print(progress(args.path).describe())
 
 
 def _plot(args):
-    from ._plot import plot_cube
+    from engine.cube.plot import plot_cube
 
     for path in plot_cube(args.path, args.out):
         print(path)
 
 
 def _demo(args):
-    from ._demo import run_demo
+    from engine.cli.demo import run_demo
 
     for path in run_demo(pathlib.Path(args.out), workers=args.workers, executor=args.executor):
         print(path)
@@ -284,12 +284,12 @@ def parser() -> argparse.ArgumentParser:
 def _disk_error(args, err: OSError) -> str:
     """One line for an OS error: where (the file it names, else the store, else the
     command's path) and, when a store with finished shards exists, how to resume."""
-    from ._cube import has_done_shards
+    from engine.cube.store import Cube
 
     store = getattr(args, "store", None)
     where = err.filename or store or getattr(args, "path", None) or getattr(args, "config", "")
     line = f"{where}: {err.strerror or err}"
-    if store is not None and has_done_shards(store):
+    if store is not None and Cube(store).markers.any_done():
         line += "; shards already done are kept: run the same command again to resume"
     return line
 
@@ -334,6 +334,3 @@ def _main(argv) -> int:
         return 143 if isinstance(err, Terminated) else 130
     return code or 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

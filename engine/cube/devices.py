@@ -4,17 +4,17 @@ where the shards were solved; each shard's done marker records that."""
 
 import collections
 
-from ._cube import CRITICAL, GRID, read_markers
+from engine.cube.markers import KINDS, Markers
 
 
-def solving_devices(path) -> dict[str, int]:
+def solving_devices(markers: Markers) -> dict[str, int]:
     """Device ("platform:kind") -> shards it solved, from the done markers."""
-    markers = [m for kind in (GRID, CRITICAL) for m in read_markers(path, kind).values() if m is not None]
-    return dict(collections.Counter(m.get("device", "unknown") for m in markers).most_common())
+    found = [m for kind in KINDS for m in markers.read(kind).values() if m is not None]
+    return dict(collections.Counter(m.get("device", "unknown") for m in found).most_common())
 
 
-def describe_devices(path) -> str:
+def describe_devices(markers: Markers) -> str:
     """One line for `rollsweep status`: e.g. "solved on       gpu:NVIDIA H100 (12 shards), cpu:cpu (1 shard)"."""
-    found = solving_devices(path)
+    found = solving_devices(markers)
     listed = ", ".join(f"{device} ({n} shard{'s' * (n != 1)})" for device, n in found.items())
     return f"{'solved on':<16} {listed or 'nothing yet'}"

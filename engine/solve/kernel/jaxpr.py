@@ -27,7 +27,7 @@ import numpy as np
 from jax import lax
 from jax.extend import core as jex_core
 
-from . import _pallas_backend as backend
+import engine.solve.kernel.pallas as backend
 
 
 class Unfusable(ValueError):

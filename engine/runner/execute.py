@@ -3,7 +3,7 @@
 Executors: "inline" (this process, `workers` tasks at a time on threads),
 "local" (an embedded dask LocalCluster, worker processes sized to the machine)
 or an existing dask scheduler. One dask task is one task of shards
-(engine._tasks): contiguous pending shards adding up to about one compiled
+(engine.runner.tasks): contiguous pending shards adding up to about one compiled
 call of the plan, made once per run (and once per worker process) from the
 sweep and the device.
 """
@@ -19,19 +19,21 @@ import time
 
 from tqdm.auto import tqdm
 
-from . import _cost
-from ._config import Sweep
-from ._cost import check_memory, plan_for
-from ._cube import CRITICAL, GRID, done_shards, prepare, slurm_folder
-from ._jax_setup import SINGLE_THREAD_XLA, check_device, configure, task_settings
-from ._layout import layouts
-from ._lock import locked
-from ._shard import record_failure, run_or_record
-from ._tasks import Task, group, task_points
-from .errors import ConfigError
-from .solve.base import Plan
-from .solve.device import detect as detect_device
-from .solve.device import local_devices
+import engine.runner.cost as _cost
+from engine._jax_setup import SINGLE_THREAD_XLA, check_device, configure, task_settings
+from engine.cube.lock import locked
+from engine.cube.markers import CRITICAL, GRID
+from engine.cube.prepare import prepare
+from engine.cube.store import Cube
+from engine.errors import ConfigError
+from engine.runner.cost import check_memory, plan_for
+from engine.runner.shard import record_failure, run_or_record
+from engine.runner.tasks import Task, group, task_points
+from engine.solve.base import Plan
+from engine.solve.device import detect as detect_device
+from engine.solve.device import devices_name, local_devices
+from engine.sweep.config import Sweep
+from engine.sweep.layout import layouts
 
 # An existing cluster (--scheduler). dask's own connect timeout, 30 s, is long to
 # wait for a typo or a cluster that is down; a scheduler that answers does so in
@@ -59,7 +61,7 @@ def reach(address: str, connect_timeout: float = CONNECT_TIMEOUT, lost_after: fl
     """Check that a scheduler answers at `address`; ConfigError in one line if not."""
     from distributed.comm import connect
 
-    from ._aio import sync
+    from engine.cube.aio import sync
 
     async def probe():
         comm = await connect(address, timeout=connect_timeout)
@@ -97,14 +99,14 @@ class RunReport:
         return self.solved / self.seconds if self.seconds > 0 else float("nan")
 
 
-def pending_shards(sweep: Sweep, path) -> list[tuple[str, int, int]]:
+def pending_shards(cube: Cube) -> list[tuple[str, int, int]]:
     """(kind, shard, points) of every shard without a done marker, grid first."""
-    grid, critical = layouts(sweep)
+    grid, critical = layouts(cube.sweep)
     pending = []
     for kind, layout in ((GRID, grid), (CRITICAL, critical)):
         if layout is None:
             continue
-        done = done_shards(path, kind)
+        done = cube.markers.done(kind)
         pending += [(kind, s, layout.shard_points(s)) for s in range(layout.n_shards) if s not in done]
     return pending
 
@@ -220,18 +222,18 @@ def _worker_plan(sweep: Sweep) -> Plan:
     return plan
 
 
-def _the_sweep(sweep: Sweep) -> Sweep:
-    return sweep
+def _the_cube(cube: Cube) -> Cube:
+    return cube
 
 
-def solve_task(sweep: Sweep, out: str, task: Task) -> dict:
-    """The dask task: `sweep` is the run's resolved Sweep (sent to each worker
-    once), never re-parsed. The worker may be another user's (an existing
-    cluster): its JAX settings are changed for this task's thread only while it
-    runs."""
+def solve_task(cube: Cube, task: Task) -> dict:
+    """The dask task: `cube` is the run's (sent to each worker once, with the
+    resolved sweep: never re-parsed; its arrays opened once per worker). The
+    worker may be another user's (an existing cluster): its JAX settings are
+    changed for this task's thread only while it runs."""
     with task_settings():
         check_device()
-        return _on_device(_worker_device(), run_or_record, sweep, _worker_plan(sweep), out, task)
+        return _on_device(_worker_device(), run_or_record, cube, _worker_plan(cube.sweep), task)
 
 
 @contextlib.contextmanager
@@ -247,9 +249,10 @@ def _quiet(name: str):
 
 
 @contextlib.contextmanager
-def dask_client(scheduler: Scheduler | None, workers: int, slurm=None, store=None, plan: Plan | None = None):
+def dask_client(scheduler: Scheduler | None, workers: int, slurm=None, cube: Cube | None = None,
+                plan: Plan | None = None):
     """A client of an existing scheduler, of SLURM worker jobs (`slurm`: Resources;
-    their logs go to the store's SLURM folder), or of an embedded local cluster."""
+    their logs go to the cube's SLURM folder), or of an embedded local cluster."""
     from distributed import Client, LocalCluster
 
     if scheduler:
@@ -257,9 +260,9 @@ def dask_client(scheduler: Scheduler | None, workers: int, slurm=None, store=Non
             yield client
         return
     if slurm is not None:
-        from ._slurm import jobqueue_cluster
+        from engine.runner.slurm import jobqueue_cluster
 
-        with jobqueue_cluster(slurm, slurm_folder(store)) as cluster, Client(cluster) as client:
+        with jobqueue_cluster(slurm, cube.markers.slurm_folder) as cluster, Client(cluster) as client:
             # Keep `tasks` worker jobs alive: a job that dies (cancelled, node lost)
             # is replaced and its tasks are retried by dask.
             cluster.adapt(minimum_jobs=slurm.tasks, maximum_jobs=slurm.tasks)
@@ -321,21 +324,21 @@ def run(
         scheduler = reach(scheduler, connect_timeout or CONNECT_TIMEOUT, lost_after or LOST_AFTER)
     resources = None
     if executor == "slurm":
-        from ._slurm import resolve
+        from engine.runner.slurm import resolve
 
         resources = resolve(sweep.slurm, slurm or {}, sweep.file)
     plan = plan_for(sweep)  # the run's one plan: this process's device, solver and batch
     workers = workers or sweep.workers or default_workers(executor, sweep, plan)
     check_memory(sweep, in_flight(executor, workers, plan), plan)
     configure()
-    path = sweep.out
-    state = prepare(sweep, path, overwrite=overwrite, platform=plan.device.platform)
-    with locked(path):
-        return _run_locked(sweep, plan, path, state, executor, workers, scheduler, resources, progress)
+    cube, state = prepare(sweep, sweep.out, overwrite=overwrite, devices=devices_name(plan.device.platform))
+    with locked(cube.path):
+        return _run_locked(cube, plan, state, executor, workers, scheduler, resources, progress)
 
 
-def _run_locked(sweep, plan, path, state, executor, workers, scheduler, resources, progress) -> RunReport:
-    pending = pending_shards(sweep, path)
+def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources, progress) -> RunReport:
+    sweep = cube.sweep
+    pending = pending_shards(cube)
     points = sum(p for _, _, p in pending)
     threads = in_flight(executor, workers, plan)
     tasks = group(pending, task_points(plan, points, threads))
@@ -353,7 +356,7 @@ def _run_locked(sweep, plan, path, state, executor, workers, scheduler, resource
         dynamic_ncols=True,
     )
     with bar:
-        for info in _results(sweep, plan, tasks, executor, workers, scheduler, resources):
+        for info in _results(cube, plan, tasks, executor, workers, scheduler, resources):
             shards_done += info["shards"]
             failed_shards += info["raised"]
             failed += info["failed"]
@@ -362,7 +365,7 @@ def _run_locked(sweep, plan, path, state, executor, workers, scheduler, resource
                 f", {failed_shards} raised" if failed_shards else ""))
             bar.update(info["points"])
     return RunReport(
-        path=str(path),
+        path=str(cube.path),
         state=state if pending else "complete",
         shards_run=len(pending),
         points_run=points,
@@ -373,19 +376,19 @@ def _run_locked(sweep, plan, path, state, executor, workers, scheduler, resource
     )
 
 
-def inline_results(sweep: Sweep, plan: Plan, out: str, tasks, threads: int):
+def inline_results(cube: Cube, plan: Plan, tasks, threads: int):
     """Tasks on `threads` threads of this process. A compiled call releases the
     GIL, so the threads share one compiled program (no per-process start-up or
     compile) and keep every core busy."""
     if threads == 1:
         for task in tasks:
-            yield run_or_record(sweep, plan, out, task)
+            yield run_or_record(cube, plan, task)
         return
     devices = local_devices(plan.device.platform)
     pin = _pin_threads(devices) if len(devices) > 1 else None
     pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="rollsweep-task", initializer=pin)
     try:
-        futures = [pool.submit(_on_pinned_device, run_or_record, sweep, plan, out, task) for task in tasks]
+        futures = [pool.submit(_on_pinned_device, run_or_record, cube, plan, task) for task in tasks]
         for future in concurrent.futures.as_completed(futures):
             yield future.result()
     finally:
@@ -394,24 +397,25 @@ def inline_results(sweep: Sweep, plan: Plan, out: str, tasks, threads: int):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _results(sweep: Sweep, plan: Plan, tasks: list[Task], executor: str, workers: int, scheduler: Scheduler | None,
+def _results(cube: Cube, plan: Plan, tasks: list[Task], executor: str, workers: int, scheduler: Scheduler | None,
              resources=None):
     if not tasks:
         return
-    out = str(sweep.out.resolve())
     if executor == "inline":
-        yield from inline_results(sweep, plan, out, tasks, workers)
+        yield from inline_results(cube, plan, tasks, workers)
         return
+    sweep = cube.sweep
+    cube = Cube(cube.path.resolve(), sweep)  # as the workers will find it, wherever they run
     from distributed import as_completed
 
-    with dask_client(scheduler, workers, resources, out, plan) as client:
-        # The resolved sweep goes to the cluster once, not with every task: as
-        # the result of a task (not scattered data), so that dask makes it again
-        # if every worker holding it is lost.
-        shared = client.submit(_the_sweep, sweep, key=f"rollsweep-{sweep.config_hash[:10]}-sweep", pure=False)
+    with dask_client(scheduler, workers, resources, cube, plan) as client:
+        # The cube (its path and resolved sweep) goes to the cluster once, not
+        # with every task: as the result of a task (not scattered data), so that
+        # dask makes it again if every worker holding it is lost.
+        shared = client.submit(_the_cube, cube, key=f"rollsweep-{sweep.config_hash[:10]}-cube", pure=False)
         futures = {
             client.submit(
-                solve_task, shared, out, task,
+                solve_task, shared, task,
                 key=f"rollsweep-{sweep.config_hash[:10]}-{task.kind}-{task.shards[0]}-{len(task.shards)}", pure=False,
             ): task
             for task in tasks
@@ -432,7 +436,7 @@ def _results(sweep: Sweep, plan: Plan, tasks: list[Task], executor: str, workers
                 error = future.exception()
                 if error.__traceback__ is None:  # the worker's traceback, for where in the study it raised
                     error = error.with_traceback(future.traceback())
-                yield record_failure(out, futures[future], error, sweep.study)
+                yield record_failure(cube, futures[future], error)
 
 
 def _watched(client, pending, scheduler: Scheduler):

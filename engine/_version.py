@@ -1,0 +1,3 @@
+"""The engine's version (pyproject.toml's), recorded in every cube it writes."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+"""The `rollsweep` command (engine.cli.commands) and the demo it runs."""
+
+from engine.cli.commands import main as main

@@ -1,0 +1,7 @@
+"""`python -m engine.cli`: the `rollsweep` command (what job scripts run)."""
+
+import sys
+
+from engine.cli.commands import main
+
+sys.exit(main())

@@ -1,0 +1,95 @@
+"""A store's markers (`_rollsweep/` inside it): a done marker per shard written
+(its points, failures, device and the checksums of its arrays), a failed
+marker per shard whose task raised, and the SLURM folder.
+
+A marker is written to a temporary name and renamed into place: it is either
+absent or whole. A marker that cannot be read (a disk that filled up, a hand
+edit) counts as absent; the next run's repair drops it.
+"""
+
+import json
+import os
+import pathlib
+import uuid
+
+MARKERS = "_rollsweep"
+GRID, CRITICAL = "grid", "critical"
+KINDS = (GRID, CRITICAL)
+
+
+def _read_json(path: pathlib.Path):
+    """A marker's content, or None where it is empty or corrupt."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class Markers:
+    """The markers of the store at `path`."""
+
+    def __init__(self, path):
+        self.folder = pathlib.Path(path) / MARKERS
+
+    @property
+    def slurm_folder(self) -> pathlib.Path:
+        """Where the store keeps its SLURM job scripts, shares and job logs."""
+        return self.folder / "slurm"
+
+    def make_folders(self) -> None:
+        for kind in KINDS:
+            (self.folder / kind).mkdir(parents=True)
+
+    def done_path(self, kind: str, shard: int) -> pathlib.Path:
+        return self.folder / kind / f"{shard:08d}.json"
+
+    def failed_path(self, kind: str, shard: int) -> pathlib.Path:
+        return self.folder / "failed" / f"{kind}-{shard:08d}.json"
+
+    def mark_done(self, kind: str, shard: int, info: dict) -> None:
+        """Mark a shard done with `info` (its "digests", the checksums of what was
+        written for it, are what `verify` and the next run compare the data against)."""
+        final = self.done_path(kind, shard)
+        tmp = final.with_suffix(f".tmp-{uuid.uuid4().hex[:8]}")
+        tmp.write_text(json.dumps(info))
+        os.replace(tmp, final)  # atomic: a marker is either absent or complete
+        self.failed_path(kind, shard).unlink(missing_ok=True)
+
+    def mark_failed(self, kind: str, shard: int, error: str) -> None:
+        """Record a shard whose computation raised; a later run retries it."""
+        final = self.failed_path(kind, shard)
+        final.parent.mkdir(exist_ok=True)
+        tmp = final.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"kind": kind, "shard": shard, "error": error}))
+        os.replace(tmp, final)
+
+    def drop_done(self, kind: str, shard: int) -> None:
+        """The shard is pending again: the next run solves it."""
+        self.done_path(kind, shard).unlink(missing_ok=True)
+
+    def done(self, kind: str) -> set[int]:
+        """Shards with a done marker (by name only: runs ask often). A marker that
+        cannot be read, or whose shard's data is damaged, is dropped when a run
+        prepares the store (engine.cube.verify.repair)."""
+        folder = self.folder / kind
+        return {int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit()} if folder.exists() else set()
+
+    def any_done(self) -> bool:
+        return any(self.done(kind) for kind in KINDS)
+
+    def read(self, kind: str) -> dict[int, dict | None]:
+        """Each done marker by shard: its content, or None where it cannot be read."""
+        markers = {}
+        for p in sorted((self.folder / kind).glob("*.json")):
+            if p.stem.isdigit():
+                content = _read_json(p)
+                markers[int(p.stem)] = content if isinstance(content, dict) else None
+        return markers
+
+    def failed(self) -> list[dict]:
+        """The failed markers' contents (kind, shard, error)."""
+        folder = self.folder / "failed"
+        if not folder.exists():
+            return []
+        found = (_read_json(p) for p in sorted(folder.glob("*.json")))
+        return [f for f in found if isinstance(f, dict) and {"kind", "shard", "error"} <= f.keys()]

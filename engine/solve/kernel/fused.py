@@ -1,0 +1,150 @@
+"""The fused solver: a batch's whole hybrid solves in one GPU kernel.
+
+One lane of a block solves one point: its hybrid solve (every adaptive step,
+event location, reset and mode switch: engine.solve.kernel.system) and, where
+they can, the study's start before it and finish after it. On a GPU no step
+is then a round trip to the host or to memory; on CPU the same kernel runs
+in Pallas' interpret mode (that is how it is tested; on CPU the lanes solver
+stays the default).
+
+The kernel is not written per study: the study's own functions
+(HybridPoint's start, system and finish) are traced for one point and
+evaluated on lane vectors (engine.solve.kernel.jaxpr). The system must run
+in the kernel (else the study is not fused, and `unsupported` says why). A
+start or a finish that cannot (a LAPACK solve, complex numbers, an argmax
+over the event log, a primitive the GPU compiler lacks) runs outside the
+kernel instead, as plain XLA vmapped over the batch: the start before it,
+its results (state, mode, the system's arguments, horizon) passed in as one
+column per element; the finish after it, on the solutions the kernel writes
+out (the fields it reads, one column per element). Inside is cheaper (fewer
+columns written and read), so a part runs outside only when it must. The
+kernel language sits behind engine.solve.kernel.pallas.
+"""
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+import engine.solve.kernel.pallas as backend
+from engine._jax_setup import float64_here
+from engine.solve.base import BatchSolver, Plan, masked, safe_params
+from engine.solve.device import Device
+from engine.solve.hybrid import HybridPoint
+from engine.solve.kernel.backends import choose as choose_kernel_backend
+from engine.solve.kernel.body import KernelBody, cannot_lower, unexpected
+from engine.solve.kernel.jaxpr import Unfusable
+from engine.solve.vmapped import POINT_BYTES as VMAPPED_POINT_BYTES
+from engine.solve.vmapped import memory_batch
+from engine.sweep.settings import SolverSettings
+
+
+def kernel_block(width: int) -> int:
+    """Lanes per block: the plan's width rounded down to a power of two."""
+    return 1 << (max(1, width).bit_length() - 1)
+
+
+# Points of one call on CPU (interpret mode: tests and checks) when neither the
+# sweep nor the study says.
+CPU_BATCH = 256
+# Lanes of a block on a GPU: one warp. A lane holds its whole solve in
+# registers (float64 state, stages, event log), so small blocks; the GPU's
+# occupancy comes from many blocks. (Not yet measured against other widths.)
+GPU_BLOCK = 32
+# Lanes of a block on CPU (interpret mode runs the blocks in turn).
+CPU_BLOCK = 64
+# Memory of one point of a call, a generous bound: its parameters, outputs
+# and status in and out of the kernel (its working state lives in the kernel)
+# and, where a start or finish runs outside the kernel, their XLA temporaries
+# and the solution's columns, as a vmapped point's (bicycle_response: 3.2 KB
+# of temporaries a point, measured on CPU).
+POINT_BYTES = VMAPPED_POINT_BYTES
+
+
+class FusedSolver(BatchSolver):
+    """The whole hybrid solve of each point in one kernel (see the module's docstring)."""
+
+    name = "fused"
+
+    def _check(self, study) -> "_Check":
+        if not isinstance(study.solve_point, HybridPoint):
+            return _Check("its point function is not declared as a HybridPoint")
+        return _kernel_check(study)
+
+    def unsupported(self, study) -> str | None:
+        return self._check(study).reason
+
+    def outside(self, study) -> dict[str, str]:
+        """The parts of a fused study's point solve ("start", "finish") that
+        run outside the kernel, as plain XLA around it, each with the reason it
+        cannot run inside (with every output selected)."""
+        return dict(self._check(study).outside)
+
+    def default_batch(self, study, device: Device) -> int:
+        if device.accelerator and device.memory:
+            return memory_batch(device, POINT_BYTES)
+        return study.batch_size or CPU_BATCH
+
+    def default_width(self, batch: int, device: Device) -> int:
+        return min(batch, GPU_BLOCK if device.accelerator else CPU_BLOCK)
+
+    def working_bytes(self, plan: Plan) -> int:
+        return plan.batch * POINT_BYTES
+
+    def batch_function(self, study, settings, selected, plan):
+        dtype = jnp.dtype(settings.dtype)
+        names = [p.name for p in study.parameters]
+        block = kernel_block(plan.width)
+        body = KernelBody(study.solve_point, settings, names, selected, block)
+        interpret = not backend.compiles_for(plan.device.platform)
+        # The kernel backend (engine.solve.kernel: Pallas, or the body generated
+        # as C, one thread a point), chosen and built now: a failure falls back to Pallas.
+        choice = choose_kernel_backend(body, plan.device.platform)
+
+        def run(params, count=None):
+            safe, admitted = jax.vmap(lambda p: safe_params(study, dtype, p))(params)
+            n = next(iter(safe.values())).shape[0]
+            count = n if count is None else jnp.minimum(count, n)
+            padded = -(-n // block) * block
+            active = (jnp.arange(padded) < count).astype(jnp.int32)
+            # Padding lanes repeat the last point (solved, never active).
+            inputs = body.inputs({k: jnp.pad(v, (0, padded - n), mode="edge") for k, v in safe.items()})
+            out = choice.backend.block_call(body, [active] + inputs, body.out_dtypes, block, interpret)
+            result = body.results_of(out, safe, n)
+            return jax.vmap(lambda r, ok: masked(study, dtype, selected, r, ok))(result, admitted)
+
+        run.kernel_backend = choice  # which backend runs the kernel, and why (benchmarks print it)
+        return run
+
+
+class _Check(NamedTuple):
+    reason: str | None  # why the study cannot be fused (None: it can)
+    outside: tuple[tuple[str, str], ...] = ()  # (part, why) of each part of its solve outside the kernel
+
+
+@functools.cache  # a pure function of the study, asked by every plan: traced once per process
+def _kernel_check(study) -> _Check:
+    """Whether the study's hybrid system makes a fused kernel, and where its
+    start and finish run.
+
+    The kernel body is traced for one block (cheap: nothing is compiled) and
+    every primitive in it must have a rule in the kernel backend's GPU
+    lowering. Its start and finish were placed (inside, or outside the kernel)
+    before, so what fails here is the system's."""
+    outputs = tuple(o.name for o in study.outputs)
+    names = [p.name for p in study.parameters]
+    try:
+        with float64_here():  # traced as a run traces it (float64), whatever this process's setting
+            body = KernelBody(study.solve_point, SolverSettings(), names, outputs, GPU_BLOCK)
+            block = [jax.ShapeDtypeStruct((GPU_BLOCK,), dtype) for dtype in [jnp.int32] + body.input_dtypes]
+            jaxpr = jax.make_jaxpr(body)(*block).jaxpr
+        missing = cannot_lower(jaxpr)
+    except Unfusable as error:
+        return _Check(f"its hybrid system cannot be fused into one kernel: {error}")
+    except Exception as error:  # a failure of the check itself is a reason (the plan falls back), never a crash
+        return _Check(f"tracing it for the kernel {unexpected(error)}")
+    if missing:
+        return _Check(f"its hybrid system's kernel would use {', '.join(missing)}, which the GPU kernel backend "
+                      "cannot lower")
+    return _Check(None, tuple(body.outside.items()))
