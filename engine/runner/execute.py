@@ -413,6 +413,13 @@ def _results(cube: Cube, plan: Plan, tasks: list[Task], executor: str, workers: 
         # with every task: as the result of a task (not scattered data), so that
         # dask makes it again if every worker holding it is lost.
         shared = client.submit(_the_cube, cube, key=f"rollsweep-{sweep.config_hash[:10]}-cube", pure=False)
+        # On every worker before the tasks are placed: held by one alone, it drew
+        # every task of a small sweep to that worker (dask prefers the worker that
+        # holds a task's input), and one device of several did all the work. Not
+        # on an existing cluster without workers: there the run must stay free to
+        # stop when none comes (_watched), where replicate would wait for one.
+        if scheduler is None or _has_workers(client):
+            client.replicate([shared])
         futures = {
             client.submit(
                 solve_task, shared, task,
