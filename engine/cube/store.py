@@ -26,10 +26,11 @@ import zarr
 import zarr.api.asynchronous
 
 from engine.cube.aio import sync
-from engine.cube.markers import Markers
+from engine.cube.markers import GRID, Markers
 from engine.cube.structure import STORE_FORMAT, encoding, structure
 from engine.errors import StoreError
 from engine.sweep.config import Sweep
+from engine.sweep.layout import Layout, layouts
 
 
 @contextlib.contextmanager
@@ -100,6 +101,12 @@ class Cube:
             self._sweep = parse_sweep(attrs["config"], file=attrs.get("config_file", str(self.path)),
                                       out=str(self.path))
         return self._sweep
+
+    def layout(self, kind: str) -> Layout | None:
+        """How a kind of shard cuts the cube: the grid's layout, or the critical
+        values' (None for a sweep without [critical])."""
+        grid, critical = layouts(self.sweep)
+        return grid if kind == GRID else critical
 
     def check_format(self, attrs: dict | None = None) -> None:
         attrs = self.attrs if attrs is None else attrs

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 import engine.runner.cost as _cost
 from engine._jax_setup import SINGLE_THREAD_XLA, check_device, configure, task_settings
 from engine.cube.lock import locked
-from engine.cube.markers import CRITICAL, GRID
+from engine.cube.markers import KINDS
 from engine.cube.prepare import prepare
 from engine.cube.store import Cube
 from engine.errors import ConfigError
@@ -33,7 +33,6 @@ from engine.solve.base import Plan
 from engine.solve.device import detect as detect_device
 from engine.solve.device import devices_name, local_devices
 from engine.sweep.config import Sweep
-from engine.sweep.layout import layouts
 
 # An existing cluster (--scheduler). dask's own connect timeout, 30 s, is long to
 # wait for a typo or a cluster that is down; a scheduler that answers does so in
@@ -101,9 +100,9 @@ class RunReport:
 
 def pending_shards(cube: Cube) -> list[tuple[str, int, int]]:
     """(kind, shard, points) of every shard without a done marker, grid first."""
-    grid, critical = layouts(cube.sweep)
     pending = []
-    for kind, layout in ((GRID, grid), (CRITICAL, critical)):
+    for kind in KINDS:
+        layout = cube.layout(kind)
         if layout is None:
             continue
         done = cube.markers.done(kind)

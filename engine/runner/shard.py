@@ -23,7 +23,6 @@ from engine.solve.evaluate import evaluate
 from engine.study.source import study_folder
 from engine.study.status import Status
 from engine.sweep.config import Sweep
-from engine.sweep.layout import layouts
 
 
 def _point_params(sweep: Sweep, names, columns, n) -> dict:
@@ -57,8 +56,7 @@ def _regions(layout, task: Task, arrays: dict) -> list:
 
 
 def run_grid_task(cube: Cube, plan: Plan, task: Task) -> dict:
-    sweep = cube.sweep
-    grid, _ = layouts(sweep)
+    sweep, grid = cube.sweep, cube.layout(GRID)
     columns = _task_points(grid, task, [a.values for a in sweep.axes])
     start = time.perf_counter()
     params = _point_params(sweep, sweep.axis_names, columns, task.points)
@@ -68,8 +66,7 @@ def run_grid_task(cube: Cube, plan: Plan, task: Task) -> dict:
 
 
 def run_critical_task(cube: Cube, plan: Plan, task: Task) -> dict:
-    sweep = cube.sweep
-    _, layout = layouts(sweep)
+    sweep, layout = cube.sweep, cube.layout(CRITICAL)
     c = sweep.critical
     other = [a for a in sweep.axes if a.name != c.axis]
     columns = _task_points(layout, task, [a.values for a in other])

@@ -10,7 +10,6 @@ import cloudpickle
 
 from engine._jax_setup import DeviceError, check_device, configure
 from engine.cube.lock import locked
-from engine.cube.markers import CRITICAL, GRID
 from engine.cube.prepare import prepare
 from engine.cube.store import Cube
 from engine.runner.cost import check_memory, fits_in_memory, plan_for
@@ -20,7 +19,6 @@ from engine.runner.slurm import array_script, check_script, read_share, resolve,
 from engine.runner.tasks import Task, group, task_points
 from engine.solve.device import devices_name
 from engine.sweep.config import Sweep
-from engine.sweep.layout import layouts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,12 +83,10 @@ def work(store, task: int, share) -> int:
     configure()
     sweep = read_sweep(share)
     cube = Cube(store, sweep)
-    grid, critical = layouts(sweep)
-    sizes = {GRID: grid, CRITICAL: critical}
     mine = read_share(share, task)
     done = {kind: cube.markers.done(kind) for kind in {kind for kind, _ in mine}}
     # Done already: a resubmission, or a task of an earlier submission.
-    pending = [(kind, shard, sizes[kind].shard_points(shard)) for kind, shard in mine if shard not in done[kind]]
+    pending = [(kind, shard, cube.layout(kind).shard_points(shard)) for kind, shard in mine if shard not in done[kind]]
     if not pending:
         return 0
     try:
