@@ -135,7 +135,7 @@ def test_the_earliest_of_several_crossings_fires_at_its_closed_form_time():
 def test_row_helpers_match_numpy_reductions():
     """The lanes' and the stepper's reductions over a few rows (written as row chains for XLA:CPU)
     agree with numpy's, ties and all-false columns included."""
-    from engine.solve.lanes import _all_rows, _any_rows, _argmin_rows, _first_true, _select
+    from engine.solve.lanes.rows import _all_rows, _any_rows, _argmin_rows, _first_true, _select
     from engine.solve.stepper import rms_rows
 
     rng = np.random.default_rng(3)

@@ -17,7 +17,7 @@ The same code serves three layouts of a state:
 What differs is only how a step combines its stages (`dotted` or `chained`),
 and how the lanes take a power (their bit-level root, `inverse_root`). The
 first-step guess is diffrax's written out elementwise, for the kernel; the
-lanes call diffrax's own (engine.solve.lanes says why).
+lanes call diffrax's own (engine.solve.lanes.machine says why).
 """
 
 import dataclasses

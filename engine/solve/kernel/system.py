@@ -33,7 +33,7 @@ import engine.solve.kernel.pallas as backend
 from engine.solve import stepper
 from engine.solve.hybrid import _INACTIVE, HybridSolution, HybridSystem
 from engine.solve.kernel.jaxpr import LaneFunction, from_list, lane_vector
-from engine.solve.lanes import _LOCATE_TRIES, _NONFINITE_SHRINK
+from engine.solve.lanes.state import _LOCATE_TRIES, _NONFINITE_SHRINK
 from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
 from engine.solve.stepper import Components, Controller, chained
 from engine.study.status import Status

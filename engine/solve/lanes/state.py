@@ -1,0 +1,88 @@
+"""The lanes' state and its tuning: what every lane carries, what a lane
+locating a crossing adds, and what is planned for each point before the loop."""
+
+
+import equinox as eqx
+import jax
+
+from engine.solve.hybrid import HybridSolution
+from engine.study.status import Status
+
+# Finished lanes wait for the write-out and refill until 1/_FLUSH_SHARE of all
+# lanes are waiting. Measured (rolling ball, compiled calls of 8,192 points on
+# 1,024 lanes, one thread, A/B in one process): flush at 1/2 and locate up to
+# 1/2 of the lanes 338-343k points/s; 1/4 and 1/4 310-328k; 1/3 and 1/3 321k.
+_FLUSH_SHARE = 2
+# The last busy lanes of a batch continue in a loop this many times narrower.
+_TAIL_SHARE = 16
+# At most this share of the lanes locates crossings in one flush.
+_LOCATE_SHARE = 2
+# Newton re-steps allowed to locate one crossing (2 are typical).
+_LOCATE_TRIES = 32
+# Status of a lane without a point: anything but PENDING keeps it from stepping
+# (its row is never written).
+_IDLE = Status.SUCCESS
+# A rejected step whose state is not finite is retried this much shorter.
+_NONFINITE_SHRINK = 0.2
+
+
+class _Lane(eqx.Module):
+    """State of the lanes (every field has a trailing lane axis)."""
+
+    point: jax.Array  # index into the batch; the batch size means "no point"
+    t: jax.Array
+    y: jax.Array
+    f: jax.Array  # vector field at (t, y): the first stage of the next step
+    g: jax.Array  # every transition's condition at (t, y) (inactive ones constant)
+    mode: jax.Array
+    args: object
+    horizon: jax.Array
+    h: jax.Array  # next regular step size
+    steps: jax.Array  # regular steps (accepted and rejected) of the whole solve
+    segment_steps: jax.Array
+    status: jax.Array
+    events: jax.Array  # events located so far (the event log lives in the results)
+    # parked at a crossing inside the step [t, t + span], waiting to locate it
+    locating: jax.Array
+    span: jax.Array
+
+
+class _Search(eqx.Module):
+    """Lanes locating a crossing inside the step [t, t + span] of `lane`: it lies
+    in [t + lo, t + hi]."""
+
+    lane: _Lane
+    code: jax.Array  # the transition being located
+    lo: jax.Array  # the largest offset known short of the crossing
+    hi: jax.Array  # the smallest offset known past it
+    dt: jax.Array  # current Newton iterate (offset from t)
+    nudge: jax.Array
+    creeping: jax.Array  # converged but short of the crossing: stepping forward
+    tries: jax.Array
+    located: jax.Array  # located and recorded: ends or goes on after the loop
+
+
+class _Plan(eqx.Module):
+    """Per-point starting data, computed for the whole batch before the loop."""
+
+    y: jax.Array
+    f: jax.Array
+    g: jax.Array
+    mode: jax.Array
+    args: object
+    horizon: jax.Array
+    h: jax.Array
+
+
+def _replace_solution(solution: HybridSolution, **changes) -> HybridSolution:
+    return eqx.tree_at(lambda s: tuple(getattr(s, k) for k in changes), solution, tuple(changes.values()))
+
+
+def _replace(lane: _Lane, **changes) -> _Lane:
+    return eqx.tree_at(lambda lane_: tuple(getattr(lane_, k) for k in changes), lane, tuple(changes.values()))
+
+
+def _end(lane: _Lane) -> dict:
+    """The fields of a lane's HybridSolution written when its point finishes."""
+    return {"t": lane.t, "y": lane.y, "mode": lane.mode, "status": lane.status, "num_steps": lane.steps,
+            "num_events": lane.events}
