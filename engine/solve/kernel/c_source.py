@@ -250,6 +250,16 @@ def _out_dtype(eqn, i=0):
     return eqn.outvars[i].aval.dtype
 
 
+def _libm(name: str, dtype) -> str:
+    """The C math library's function `name` for a float dtype (f-suffixed for float32)."""
+    return name + ("f" if np.dtype(dtype) == np.float32 else "")
+
+
+def _helper(name: str, dtype) -> str:
+    """The kernel's own helper `name` (rs_NAME_f32 / rs_NAME_f64) for a float dtype."""
+    return f"rs_{name}_{'f32' if np.dtype(dtype) == np.float32 else 'f64'}"
+
+
 def _math(name):
     """A C math function of floats (its f-suffixed form for float32)."""
 
@@ -257,8 +267,7 @@ def _math(name):
         dtype = _out_dtype(eqn)
         if not _is_float(dtype):
             raise KernelUnsupported(f"the C kernel has no rule for {eqn.primitive.name} of {np.dtype(dtype)}")
-        fn = name + ("f" if np.dtype(dtype) == np.float32 else "")
-        return em.define(dtype, f"{fn}({', '.join(ins)})")
+        return em.define(dtype, f"{_libm(name, dtype)}({', '.join(ins)})")
 
     return rule
 
@@ -309,7 +318,7 @@ def _rem(em, eqn, ins):
     dtype = _out_dtype(eqn)
     a, b = ins
     if _is_float(dtype):  # the sign of the dividend, as C's fmod
-        return em.define(dtype, f"fmod{'f' if np.dtype(dtype) == np.float32 else ''}({a}, {b})")
+        return em.define(dtype, f"{_libm('fmod', dtype)}({a}, {b})")
     t = c_type(dtype)
     if _is_signed(dtype):  # XLA: x % 0 = x, MIN % -1 = 0
         return em.define(dtype, f"{b} == 0 ? {a} : {b} == -1 ? ({t})0 : ({t})({a} % {b})")
@@ -329,7 +338,7 @@ def _abs(em, eqn, ins):
     dtype = _out_dtype(eqn)
     (a,) = ins
     if _is_float(dtype):
-        return em.define(dtype, f"fabs{'f' if np.dtype(dtype) == np.float32 else ''}({a})")
+        return em.define(dtype, f"{_libm('fabs', dtype)}({a})")
     t = c_type(dtype)
     if not _is_signed(dtype):
         return a
@@ -340,7 +349,7 @@ def _sign(em, eqn, ins):
     dtype = _out_dtype(eqn)
     (a,) = ins
     if _is_float(dtype):
-        return em.define(dtype, f"rs_sign_{'f32' if np.dtype(dtype) == np.float32 else 'f64'}({a})")
+        return em.define(dtype, f"{_helper('sign', dtype)}({a})")
     t = c_type(dtype)
     if _is_signed(dtype):
         return em.define(dtype, f"({t})(({a} > 0) - ({a} < 0))")
@@ -352,7 +361,7 @@ def _extremum(which):
         dtype = _out_dtype(eqn)
         a, b = ins
         if _is_float(dtype):
-            return em.define(dtype, f"rs_{which}_{'f32' if np.dtype(dtype) == np.float32 else 'f64'}({a}, {b})")
+            return em.define(dtype, f"{_helper(which, dtype)}({a}, {b})")
         if _is_bool(dtype):
             return em.define(dtype, f"{a} {'||' if which == 'max' else '&&'} {b}")
         return em.define(dtype, f"{a} {'>' if which == 'max' else '<'} {b} ? {a} : {b}")
@@ -364,8 +373,7 @@ def _clamp(em, eqn, ins):  # lax.clamp(lo, x, hi) = min(max(x, lo), hi)
     lo, x, hi = ins
     dtype = _out_dtype(eqn)
     if _is_float(dtype):
-        s = "f32" if np.dtype(dtype) == np.float32 else "f64"
-        return em.define(dtype, f"rs_min_{s}(rs_max_{s}({x}, {lo}), {hi})")
+        return em.define(dtype, f"{_helper('min', dtype)}({_helper('max', dtype)}({x}, {lo}), {hi})")
     low = em.define(dtype, f"{x} > {lo} ? {x} : {lo}")
     return em.define(dtype, f"{low} < {hi} ? {low} : {hi}")
 
