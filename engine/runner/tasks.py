@@ -59,14 +59,15 @@ def group(pending, size: int) -> list[Task]:
     """Pending shards, (kind, shard, points) in order, as tasks of up to `size`
     points: consecutive shards of one kind, at least one shard a task."""
     tasks: list[Task] = []
-    kind, shards, sizes = None, [], []
+    kind, shards, sizes, held = None, [], [], 0
     for k, shard, points in pending:
-        if shards and (k != kind or sum(sizes) + points > size):
+        if shards and (k != kind or held + points > size):
             tasks.append(Task(kind, tuple(shards), tuple(sizes)))
-            shards, sizes = [], []
+            shards, sizes, held = [], [], 0
         kind = k
         shards.append(shard)
         sizes.append(points)
+        held += points  # kept, not summed again per shard: a run may have 10^6 shards
     if shards:
         tasks.append(Task(kind, tuple(shards), tuple(sizes)))
     return tasks
