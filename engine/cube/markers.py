@@ -17,6 +17,14 @@ GRID, CRITICAL = "grid", "critical"
 KINDS = (GRID, CRITICAL)
 
 
+def _write_json(final: pathlib.Path, content: dict) -> None:
+    """`content` at `final`, atomically: a marker is either absent or whole. A
+    disk error propagates (the run stops; a marker never lies)."""
+    tmp = final.with_suffix(f".tmp-{uuid.uuid4().hex[:8]}")
+    tmp.write_text(json.dumps(content))
+    os.replace(tmp, final)
+
+
 def _read_json(path: pathlib.Path):
     """A marker's content, or None where it is empty or corrupt."""
     try:
@@ -49,19 +57,14 @@ class Markers:
     def mark_done(self, kind: str, shard: int, info: dict) -> None:
         """Mark a shard done with `info` (its "digests", the checksums of what was
         written for it, are what `verify` and the next run compare the data against)."""
-        final = self.done_path(kind, shard)
-        tmp = final.with_suffix(f".tmp-{uuid.uuid4().hex[:8]}")
-        tmp.write_text(json.dumps(info))
-        os.replace(tmp, final)  # atomic: a marker is either absent or complete
+        _write_json(self.done_path(kind, shard), info)
         self.failed_path(kind, shard).unlink(missing_ok=True)
 
     def mark_failed(self, kind: str, shard: int, error: str) -> None:
         """Record a shard whose computation raised; a later run retries it."""
         final = self.failed_path(kind, shard)
         final.parent.mkdir(exist_ok=True)
-        tmp = final.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"kind": kind, "shard": shard, "error": error}))
-        os.replace(tmp, final)
+        _write_json(final, {"kind": kind, "shard": shard, "error": error})
 
     def drop_done(self, kind: str, shard: int) -> None:
         """The shard is pending again: the next run solves it."""
