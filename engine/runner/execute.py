@@ -19,14 +19,13 @@ import time
 
 from tqdm.auto import tqdm
 
-import engine.runner.cost as _cost
 from engine._jax_setup import SINGLE_THREAD_XLA, check_device, configure, task_settings
 from engine.cube.lock import locked
 from engine.cube.markers import KINDS
 from engine.cube.prepare import prepare
 from engine.cube.store import Cube
 from engine.errors import ConfigError
-from engine.runner.cost import check_memory, plan_for
+from engine.runner.cost import check_memory, fits_in_memory, plan_for
 from engine.runner.shard import record_failure, run_or_record
 from engine.runner.tasks import Task, group, task_points
 from engine.solve.base import Plan
@@ -144,7 +143,7 @@ def default_workers(executor: str, sweep: Sweep | None = None, plan: Plan | None
     if device.accelerator:
         return ACCELERATOR_THREADS * device.count
     threads = THREADS_PER_CORE * device.cores
-    if sweep is not None and not _cost.fits_in_memory(sweep, threads, plan):
+    if sweep is not None and not fits_in_memory(sweep, threads, plan):
         threads = device.cores  # large tasks: the extra threads would only cost memory
     return max(threads, device.count)  # at least a thread per device (CPU devices forced by XLA_FLAGS)
 

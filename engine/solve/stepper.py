@@ -43,7 +43,8 @@ class Components(tuple):
 
 
 def rows(x) -> list:
-    """A state's components: a Components' own, or the rows of a state array."""
+    """A state's components: a Components' own, or the rows of a state array
+    (static slices of its leading axis)."""
     return list(x) if isinstance(x, Components) else [x[i] for i in range(x.shape[0])]
 
 

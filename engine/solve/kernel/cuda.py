@@ -51,7 +51,7 @@ def bindings():
     return driver, nvrtc
 
 
-def _preload_nvrtc(nvrtc) -> None:
+def _preload_nvrtc() -> None:
     """Make libnvrtc findable when its wheel sits on sys.path (PYTHONPATH, a
     --target folder) rather than in site-packages, where cuda-pathfinder looks:
     load it globally first, which the pathfinder then finds already loaded."""
@@ -84,9 +84,9 @@ _preloaded = False
 
 def _nvrtc():
     global _preloaded
-    driver, nvrtc = bindings()
+    _, nvrtc = bindings()
     if not _preloaded:
-        _preload_nvrtc(nvrtc)
+        _preload_nvrtc()
         _preloaded = True
     return nvrtc
 

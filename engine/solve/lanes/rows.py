@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from engine.solve.stepper import rows as _rows  # a (few, lanes) array's rows, as static slices
+
 
 def _rows_of(x):
     """A lane-last array as a list of its rows (lanes,), in row-major order."""
@@ -33,11 +35,6 @@ def _pick(values, index):
     """values[index[l], l] for every lane l of a few rows, as a masked sum: on
     CPU this fuses with its neighbours, where a gather would not."""
     return _sum_rows(jnp.where(jnp.arange(values.shape[0])[:, None] == index, values, jnp.zeros_like(values)))
-
-
-def _rows(x):
-    """The rows of a (few, lanes) array, as static slices."""
-    return [x[i] for i in range(x.shape[0])]
 
 
 def _sum_rows(x):
