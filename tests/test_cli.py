@@ -69,3 +69,30 @@ def test_sigterm_stops_a_run_with_one_line_and_it_resumes(small_sweep, tmp_path)
     assert process.returncode == 143, stderr
     assert stderr.strip().splitlines() == ["rollsweep: interrupted; run the same command again to resume"]
     assert subprocess.run(command, capture_output=True, text=True, timeout=300).returncode == 0
+
+
+def test_importing_the_engine_leaves_the_collector_as_it_found_it():
+    """`import engine` pauses the cyclic collector while it imports and then
+    restores it: enabled stays enabled, disabled (a user's choice) stays disabled."""
+    import subprocess
+    import sys
+
+    def collecting_after_import(before: str) -> str:
+        code = f"import gc; gc.{before}(); import engine; print(gc.isenabled())"
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+    assert collecting_after_import("enable") == "True"
+    assert collecting_after_import("disable") == "False"
+
+
+def test_the_command_line_freezes_what_it_imported():
+    """The CLI process keeps its imports out of the collector's traversals (its
+    collections and the one at exit): they are frozen when `main` starts."""
+    import gc
+
+    gc.unfreeze()
+    try:
+        assert main(["studies", "pingpong"]) == 0
+        assert gc.get_freeze_count() > 100_000
+    finally:
+        gc.unfreeze()

@@ -1,6 +1,7 @@
 """The `rollsweep` command line."""
 
 import argparse
+import gc
 import os
 import pathlib
 import signal
@@ -303,6 +304,12 @@ def _terminate(signum, frame):
 
 
 def main(argv=None) -> int:
+    # What is imported by now (the engine, JAX, zarr, xarray) lives until the
+    # process ends: frozen, the cyclic collector no longer traverses it, in the
+    # run's collections nor in the one at exit. Measured on 2 cores: `rollsweep
+    # run` of 100,000 points, whole processes, 3.1 s -> 2.7 s (with the paused
+    # collector of `import engine`: 2.6 s).
+    gc.freeze()
     if threading.current_thread() is not threading.main_thread():  # signals go to the main thread only
         return _main(argv)
     previous = signal.signal(signal.SIGTERM, _terminate)
