@@ -14,7 +14,7 @@ size (best of --repeat):
 - rebound regime map (spin ratio x incidence angle): numba's bounce map on all
   threads (bench_rebound's), and the 1e7 points/s the engine aims at
 
-Run: python benchmarks/default_paths.py [--quick] [--repeat 3]
+Run: python benchmarks/default_paths.py [--quick] [--repeat 5]
 """
 
 import argparse
@@ -49,14 +49,23 @@ def rollsweep(*args) -> float:
 
 def default_path_rate(study, axes_for, sizes, repeat, folder, solver=None, outputs=None) -> tuple[float, list[float]]:
     """Points/s of `rollsweep run` between the two sizes (best of `repeat`
-    whole processes each), and the best seconds at each size."""
-    seconds = []
+    whole processes each), and the best seconds at each size.
+
+    The sizes run in turns (small, large, small, large, ...): a slow spell of a
+    shared machine then falls on both, where timing one size's runs after the
+    other's put it on one side of the difference."""
+    paths = []
     for n in sizes:
         path = pathlib.Path(folder) / f"{study}_{n}.toml"
         path.write_text(sweep_text(study, axes_for(n), out=pathlib.Path(folder) / f"{study}_{n}.zarr", solver=solver,
                                    outputs=outputs))
         rollsweep("run", str(path), "--quiet", "--overwrite")  # untimed: fills the compile cache
-        seconds.append(min(rollsweep("run", str(path), "--quiet", "--overwrite") for _ in range(repeat)))
+        paths.append(path)
+    times = [[] for _ in sizes]
+    for _ in range(repeat):
+        for path, taken in zip(paths, times, strict=True):
+            taken.append(rollsweep("run", str(path), "--quiet", "--overwrite"))
+    seconds = [min(taken) for taken in times]
     (n1, n2), (t1, t2) = sizes, seconds
     return (n2 - n1) / (t2 - t1) if t2 > t1 else math.nan, seconds
 
@@ -64,7 +73,7 @@ def default_path_rate(study, axes_for, sizes, repeat, folder, solver=None, outpu
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tenth of the sizes, one repeat: a smoke test")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5, help="whole processes a size, in turns (best of)")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     repeat = 1 if args.quick else args.repeat
