@@ -129,6 +129,11 @@ for backend in ${KERNEL_BACKENDS:-default}; do
         $RS run $WORK/run$((4 * RUN_POINTS)).toml --quiet --overwrite"
 done
 
+# ---- 3b. where the 1M-point run's process spends its time: imports, sweep parsed, store
+# ready, first shard, end, exit; a cold process (fresh caches: traces, generates, compiles)
+# and a warm one (benchmarks/startup.py, every core).
+part startup runs.log 60 python3 benchmarks/startup.py --config "$WORK/run$RUN_POINTS.toml" --cores 0
+
 # ---- 4. the fused solver's kernel backends (cuda, pallas), where a colleague's bench_kernel.py
 # exists (without a GPU it runs its host and interpret-mode stand-ins: a smoke test).
 if [ -f benchmarks/bench_kernel.py ]; then

@@ -25,6 +25,7 @@ TITLES = {
     "tests": "fused and lane tests compiled for this device",
     "rolling": "rolling ball, compiled calls (bench_gpu.py)",
     "run1m": "rolling ball, `rollsweep run` end to end",
+    "startup": "rolling ball, 1M points: where a `rollsweep run` process spends its time (startup.py)",
     "kernel": "fused solver by kernel backend (bench_kernel.py)",
     "bicycle": "bicycle (trail, speed) map, `rollsweep run`",
     "landing": "serve landing map (gpu_landing.py)",
@@ -66,6 +67,14 @@ def parsed_rows(part: str, output: str, seconds: float) -> list[dict]:
             rows.append({"method": "stream_large.py --study pingpong (rollsweep run, inline, shards of 2^20)",
                          "points": number(points.group(1)) if points else None, "rate": number(run.group(2)),
                          "note": f"run {run.group(1)} s; " + "; ".join(re.sub(r"\s+", " ", d) for d in details)})
+    elif part == "startup":
+        # startup.py's rows: config, cold|warm, seconds at each stage, CPU seconds, exported programs.
+        header = re.search(r"^config\s+run\s+(.*?)\s+exported programs$", output, re.MULTILINE)
+        stages = re.split(r"\s{2,}", header.group(1).strip()) if header else []
+        for kind, cells in re.findall(r"^\S+\s+(cold|warm)\s+((?:[\d.]+s\s*)+)", output, re.MULTILINE):
+            times = re.findall(r"([\d.]+)s", cells)
+            rows.append({"method": f"rollsweep run, {kind} process", "note": "; ".join(
+                f"{stage} {float(t):.1f} s" for stage, t in zip(stages, times, strict=False))})
     elif part == "setup":
         rows += [{"method": line.strip(), "note": "environment"} for line in output.splitlines()
                  if line.startswith("machine:")]

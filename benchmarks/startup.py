@@ -5,11 +5,13 @@ one new, empty compile cache: the first (cold) traces and compiles, the second
 (warm) finds everything it can in the cache. Printed for each: seconds from the
 process's start (the parent's clock just before it is spawned, so interpreter
 start-up counts) to the end of its first solved shard, the times of its main
-stages on the way (imports, sweep parsed, store created), and the whole
-process; and the CPU seconds (all threads) the process had used by the end of
-its first shard, steadier than wall times on a shared machine. Run as
+stages on the way (imports, sweep parsed, store created), the end of the
+command (`end`) and of the process (`process`: the interpreter's exit
+included); and the CPU seconds (all threads) the process had used by the end
+of its first shard, steadier than wall times on a shared machine. Run as
 
     python benchmarks/startup.py [--study pingpong] [--repeat 3] [--cores 2]
+    python benchmarks/startup.py --config my_sweep.toml --cores 0   (any sweep file)
 
 `--cores` pins the children to that many cores (taskset), as on a small
 machine. Times are wall clock on a possibly shared machine: compare medians.
@@ -71,25 +73,29 @@ def run_once(config: pathlib.Path, out: pathlib.Path, cache: pathlib.Path, cores
         command = ["taskset", "-c", ",".join(map(str, range(cores)))] + command
     start = time.time()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
+    ended = time.time()
     if done.returncode != 0:
         raise RuntimeError(f"{config.name}: exit {done.returncode}\n{done.stderr[-2000:]}")
     stamps = json.loads(stamps_file.read_text())
+    stamps["process"] = ended  # the interpreter's exit included
     return {k: v if k.endswith("cpu") else v - start for k, v in stamps.items()}
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", help="only this study's demo configs")
+    parser.add_argument("--config", type=pathlib.Path, action="append",
+                        help="time this sweep file instead of the demo configs (repeatable)")
     parser.add_argument("--repeat", type=int, default=1, help="cold + warm pairs per config (medians printed)")
     parser.add_argument("--cores", type=int, default=2, help="cores the runs may use (0: all)")
     parser.add_argument("--cache", type=pathlib.Path, help="keep the caches in this folder (a second call of the "
                         "benchmark then measures warm runs only)")
     args = parser.parse_args(argv)
-    stages = ("cli imported", "sweep parsed", "store ready", "first shard", "end", "first shard cpu")
-    print(f"{'config':<28} {'run':<5} " + " ".join(f"{s:>13}" for s in stages) + "  exported programs")
+    stages = ("cli imported", "sweep parsed", "store ready", "first shard", "end", "process", "first shard cpu")
+    print(f"{'config':<28} {'run':<5} " + " ".join(f"{s:>16}" for s in stages) + "  exported programs")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
-        for config in demo_configs(args.study):
+        for config in args.config or demo_configs(args.study):
             rows = {"cold": [], "warm": []}
             for r in range(args.repeat):
                 cache = (args.cache or tmp) / f"cache-{config.stem}-{r}"
@@ -102,7 +108,7 @@ def main(argv=None) -> None:
             for kind, runs in rows.items():
                 cells = [statistics.median(run.get(s, float("nan")) for run in runs) for s in stages]
                 stored = f"  {min(run['programs'] for run in runs)}" if kind == "warm" else ""
-                print(f"{config.stem:<28} {kind:<5} " + " ".join(f"{c:>12.2f}s" for c in cells) + stored, flush=True)
+                print(f"{config.stem:<28} {kind:<5} " + " ".join(f"{c:>15.2f}s" for c in cells) + stored, flush=True)
 
 
 
