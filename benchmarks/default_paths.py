@@ -40,7 +40,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def rollsweep(*args) -> float:
     """Wall seconds of one `rollsweep ...` process (from this checkout, whatever
     Python runs it: no script looked for beside the interpreter)."""
-    command = [sys.executable, "-c", "import sys; from engine.cli.commands import main; sys.exit(main())", *args]
+    command = [sys.executable, "-c", "import sys; from engine.cli.commands import entry; sys.exit(entry())", *args]
     start = time.perf_counter()
     subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
                    env=os.environ | {"PYTHONPATH": str(ROOT)})
@@ -74,6 +74,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tenth of the sizes, one repeat: a smoke test")
     parser.add_argument("--repeat", type=int, default=5, help="whole processes a size, in turns (best of)")
+    parser.add_argument("--rolling-ball-sizes", type=int, nargs=2, default=(100_000, 400_000), metavar=("N1", "N2"),
+                        help="the rolling ball's two sizes (a wider span: a rate less at the mercy of start-up noise)")
+    parser.add_argument("--only", choices=("rolling ball",), help="this sweep alone")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     repeat = 1 if args.quick else args.repeat
@@ -81,7 +84,7 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory(prefix="rollsweep_default_") as folder:
         # Rolling ball against numba on the same cores.
-        sizes = (100_000 // scale, 400_000 // scale)
+        sizes = tuple(n // scale for n in args.rolling_ball_sizes)
         rate, seconds = default_path_rate(
             "pingpong", lambda n: {"spin_ratio": {"linspace": [0.2, 3.0, n]}}, sizes, repeat, folder,
             solver={"rtol": bench_pingpong.RTOL, "atol": bench_pingpong.ATOL})
@@ -92,6 +95,9 @@ def main():
             _, best = best_of(lambda: peer(qs), repeat)
             peer_rate = sizes[1] / best
         rows.append(("rolling ball", sizes, seconds, rate, "numba DP5, all threads", peer_rate, None))
+
+        if args.only:
+            return _print(rows)
 
         # Bicycle speeds against jit(vmap(eigvals)): the eigenvalues the peer computes
         # (`outputs`; the characteristic speeds, a root search each, are not the peer's).
@@ -121,7 +127,10 @@ def main():
             _, best = best_of(lambda: peer(speed, angle, spin, e, mu, r), repeat)
             peer_rate = sizes[1] / best
         rows.append(("rebound regime", sizes, seconds, rate, "numba bounce map, all threads", peer_rate, 1e7))
+    _print(rows)
 
+
+def _print(rows) -> None:
     print(f"\n{'sweep':<16} {'sizes':>19} {'seconds':>15} {'default pts/s':>14} {'peer':<30} {'peer pts/s':>12} "
           f"{'ratio':>6} {'target':>8}")
     for name, sizes, seconds, rate, peer, peer_rate, target in rows:

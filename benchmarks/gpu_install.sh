@@ -35,7 +35,7 @@ groups = {"console_scripts": project.get("scripts", {}), **project.get("entry-po
 PY
   mkdir -p "$_site/bin"
   # Never beside sys.executable: a wrapper on PATH that runs this tree's CLI.
-  printf '#!/usr/bin/env bash\nexec python3 -c "import sys; from engine.cli.commands import main; sys.exit(main())" "$@"\n' \
+  printf '#!/usr/bin/env bash\nexec python3 -c "import sys; from engine.cli.commands import entry; sys.exit(entry())" "$@"\n' \
     > "$_site/bin/rollsweep"
   chmod +x "$_site/bin/rollsweep"
   touch "$_site/.ok"

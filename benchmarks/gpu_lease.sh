@@ -65,7 +65,7 @@ if [ -d .gpu ] && python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 1
 fi
 # `rollsweep` as the wrapper on PATH puts it, else this tree's CLI: never a script beside sys.executable.
 if command -v rollsweep >/dev/null; then ROLLSWEEP=(rollsweep); else
-    ROLLSWEEP=(python3 -c 'import sys; from engine.cli.commands import main; sys.exit(main())'); fi
+    ROLLSWEEP=(python3 -c 'import sys; from engine.cli.commands import entry; sys.exit(entry())'); fi
 cat >"$WORK/environment.py" <<'EOF'
 import importlib.metadata as metadata, os, platform, jax
 def version(name):

@@ -53,7 +53,7 @@ def timed_prepare(*args, **kwargs):
     stamps.setdefault("store ready", time.time())
     return out
 shard._finish, execute.prepare = timed_finish, timed_prepare
-code = cli.main(sys.argv[2:])
+code = cli.entry(sys.argv[2:])
 stamps["end"] = time.time()
 sys.exit(code)
 """

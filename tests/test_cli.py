@@ -85,14 +85,19 @@ def test_importing_the_engine_leaves_the_collector_as_it_found_it():
     assert collecting_after_import("disable") == "False"
 
 
-def test_the_command_line_freezes_what_it_imported():
-    """The CLI process keeps its imports out of the collector's traversals (its
-    collections and the one at exit): they are frozen when `main` starts."""
+def test_the_program_freezes_what_it_imported_and_main_does_not():
+    """The `rollsweep` process keeps its imports out of the collector's
+    traversals (its collections and the one at exit): `entry` freezes them.
+    `main`, which a notebook or a test may call, leaves the collector alone."""
     import gc
+
+    from engine.cli.commands import entry
 
     gc.unfreeze()
     try:
         assert main(["studies", "pingpong"]) == 0
+        assert gc.get_freeze_count() == 0
+        assert entry(["studies", "pingpong"]) == 0
         assert gc.get_freeze_count() > 100_000
     finally:
         gc.unfreeze()

@@ -2,6 +2,6 @@
 
 import sys
 
-from engine.cli.commands import main
+from engine.cli.commands import entry
 
-sys.exit(main())
+sys.exit(entry())

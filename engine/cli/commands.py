@@ -303,13 +303,21 @@ def _terminate(signum, frame):
     raise Terminated()
 
 
-def main(argv=None) -> int:
-    # What is imported by now (the engine, JAX, zarr, xarray) lives until the
-    # process ends: frozen, the cyclic collector no longer traverses it, in the
-    # run's collections nor in the one at exit. Measured on 2 cores: `rollsweep
-    # run` of 100,000 points, whole processes, 3.1 s -> 2.7 s (with the paused
-    # collector of `import engine`: 2.6 s).
+def entry(argv=None) -> int:
+    """The `rollsweep` program (its console script, `python -m engine.cli`):
+    `main` in a process of its own.
+
+    What is imported by now (the engine, JAX, zarr, xarray) lives until the
+    process ends: frozen, the cyclic collector no longer traverses it, in the
+    run's collections nor in the one at exit. Measured on 2 cores: `rollsweep
+    run` of 100,000 points, whole processes, 3.1 s -> 2.7 s (with the paused
+    collector of `import engine`: 2.6 s). Not in `main`, which a notebook or a
+    test may call: there, freezing would keep the caller's garbage for good."""
     gc.freeze()
+    return main(argv)
+
+
+def main(argv=None) -> int:
     if threading.current_thread() is not threading.main_thread():  # signals go to the main thread only
         return _main(argv)
     previous = signal.signal(signal.SIGTERM, _terminate)
