@@ -10,6 +10,7 @@ crash), on a stubbed GPU too.
 """
 
 import contextlib
+import os
 import dataclasses
 
 import jax
@@ -23,6 +24,7 @@ import engine.solve.kernel.fused as fused_module
 import engine.solve.kernel.jaxpr as lane_jaxpr
 import engine.solve.plan as plan_module
 from engine import HybridSystem, Mode, PointResult, SolverSettings, Start, Status, Transition
+from engine._jax_setup import CACHE_VARIABLE
 from engine.cli.commands import main
 from engine.solve import SOLVERS, Device, evaluate, make_plan
 from engine.solve.kernel.body import PLEASE_REPORT
@@ -259,11 +261,18 @@ def broken_slice(monkeypatch):
 
 @contextlib.contextmanager
 def fresh_fused_checks():
-    """The fused solver's checks made afresh inside, and forgotten after."""
+    """The fused solver's checks made afresh inside (neither this process's
+    nor one stored by an earlier process: the cache is off), and forgotten after."""
     fused_module._kernel_check.cache_clear()
+    before = os.environ.get(CACHE_VARIABLE)
+    os.environ[CACHE_VARIABLE] = ""
     try:
         yield
     finally:
+        if before is None:
+            del os.environ[CACHE_VARIABLE]
+        else:
+            os.environ[CACHE_VARIABLE] = before
         fused_module._kernel_check.cache_clear()
 
 

@@ -21,7 +21,7 @@ from engine import (
     Study,
     Transition,
 )
-from engine.solve import evaluate, exported, make_plan
+from engine.solve import evaluate, exported, make_plan, source_key
 from engine.solve.evaluate import compiled
 
 G = 9.81
@@ -138,7 +138,7 @@ def test_a_changed_study_file_is_a_new_key(tmp_path, monkeypatch):
     (package / "data").mkdir(parents=True)
     (package / "model.py").write_text("X = 1\n")
     (package / "data" / "table.csv").write_text("1,2\n")
-    monkeypatch.setattr(exported, "study_folder", lambda study: package)
+    monkeypatch.setattr(source_key, "study_folder", lambda study: package)
     plan = make_plan(DROP, solver="vmapped", batch=8)
     args = ({"height": np.zeros(8), "restitution": np.zeros(8)}, np.int32(8))
 
@@ -158,7 +158,7 @@ def test_a_changed_study_file_is_a_new_key(tmp_path, monkeypatch):
 
 def test_a_study_without_source_is_traced_every_time(traces, tmp_path, monkeypatch):
     monkeypatch.setenv("ROLLSWEEP_CACHE", str(tmp_path))
-    monkeypatch.setattr(exported, "study_folder", lambda study: None)
+    monkeypatch.setattr(source_key, "study_folder", lambda study: None)
     plan = make_plan(DROP, solver="vmapped", batch=8)
     evaluate(DROP, SETTINGS, COLUMNS, plan=plan)
     _new_process()

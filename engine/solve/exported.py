@@ -15,9 +15,6 @@ Every process calls the exported program, the one that exported it too: cold
 and warm runs compile the same module and give bitwise the same results.
 """
 
-import functools
-import hashlib
-import json
 import pathlib
 
 import jax
@@ -26,45 +23,31 @@ from engine._jax_setup import cache_dir
 from engine.solve._atomic_file import write_whole
 from engine.solve.device import current_device
 from engine.solve.kernel.backends import requested as requested_kernel
-from engine.study.source import folder_digest, package_version, study_folder
+from engine.solve.source_key import source_key
 
 # Version of the key and the file format: a change invalidates every entry.
 FORMAT = 1
-# Packages whose code goes into the traced program.
-PACKAGES = ("jax", "jaxlib", "diffrax", "equinox", "lineax", "optimistix", "numpy")
-ENGINE = pathlib.Path(__file__).resolve().parent.parent
-
-
-@functools.cache
-def _engine_source() -> str:
-    return folder_digest(ENGINE, "*.py")
 
 
 def program_key(study, settings, selected, plan, args) -> str | None:
     """The key of the batch program for these arguments; None where the study's
     source cannot be found (then nothing says when a stored program is stale)."""
-    folder = study_folder(study)
-    if folder is None:
-        return None
     leaves, tree = jax.tree_util.tree_flatten_with_path(args)
     device = current_device()  # where this thread's calls run (a plan may route them to the CPU)
-    parts = {
-        "format": FORMAT,
-        "study": [study.name, study.version, folder_digest(folder)],
-        "engine": _engine_source(),
-        "versions": {name: package_version(name) for name in PACKAGES},
-        "backend": [device.platform, device.device_kind, jax.config.jax_enable_x64],
-        "settings": repr(settings),
-        "selected": list(selected),
+    return source_key(
+        study,
+        format=FORMAT,
+        backend=[device.platform, device.device_kind, jax.config.jax_enable_x64],
+        settings=repr(settings),
+        selected=list(selected),
         # What the batch function is made from; not the host's cores or the device's
         # memory, which would make processes with other allocations trace again.
-        "plan": [plan.solver.name, plan.batch, plan.width, plan.device.platform],
+        plan=[plan.solver.name, plan.batch, plan.width, plan.device.platform],
         # The fused solver's kernel backend as asked for (engine.solve.kernel):
         # a program of one backend is never served for another.
-        "kernel": (requested_kernel() or "") if plan.solver.name == "fused" else "",
-        "args": [str(tree)] + [[jax.tree_util.keystr(p), list(v.shape), str(v.dtype)] for p, v in leaves],
-    }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+        kernel=(requested_kernel() or "") if plan.solver.name == "fused" else "",
+        args=[str(tree)] + [[jax.tree_util.keystr(p), list(v.shape), str(v.dtype)] for p, v in leaves],
+    )
 
 
 def _path(key: str) -> pathlib.Path | None:

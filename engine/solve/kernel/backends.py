@@ -53,12 +53,14 @@ def _pallas(why: str) -> Choice:
     return Choice("pallas", why, pallas)
 
 
-def choose(body, platform: str, device=None, request: str | None = None) -> Choice:
+def choose(body, platform: str, device=None, request: str | None = None, key: str | None = None) -> Choice:
     """The kernel backend for a fused kernel body on a JAX platform ("gpu", "cpu").
 
     request: a backend name, as the environment variable (which is read when
     it is None); generation and compilation happen here, so a failure falls
-    back to Pallas now, not in the middle of a run."""
+    back to Pallas now, not in the middle of a run. key: where the body's
+    generated source is stored between processes (engine.solve.kernel.stored;
+    None: generated afresh)."""
     request = request or requested()
     if request == "pallas":
         return _pallas(f"{ENV}=pallas")
@@ -70,7 +72,7 @@ def choose(body, platform: str, device=None, request: str | None = None) -> Choi
         try:
             from engine.solve.kernel.host import HostKernel
 
-            return Choice("host", f"{ENV}=host: generated C compiled for the host", HostKernel.of(body))
+            return Choice("host", f"{ENV}=host: generated C compiled for the host", HostKernel.of(body, key))
         except Unfusable as error:
             return _pallas(f"the host kernel could not be built: {error}")
     # cuda, asked for or the GPU default
@@ -82,7 +84,7 @@ def choose(body, platform: str, device=None, request: str | None = None) -> Choi
 
         bindings()
         return Choice("cuda", f"{asked}: generated C compiled by NVRTC, one thread a point",
-                      CudaKernel.of(body, device))
+                      CudaKernel.of(body, device, key))
     except ImportError as error:
         return _pallas(f"{asked}, but cuda-python (cuda.bindings) is not importable: {error}")
     except Unfusable as error:

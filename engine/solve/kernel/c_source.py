@@ -59,6 +59,11 @@ class KernelSource(NamedTuple):
     out_dtypes: tuple
     digest: str
 
+    @classmethod
+    def of(cls, text: str, in_dtypes, out_dtypes) -> "KernelSource":
+        return cls(text, tuple(np.dtype(d) for d in in_dtypes), tuple(np.dtype(d) for d in out_dtypes),
+                   hashlib.sha256(text.encode()).hexdigest())
+
 
 # ---- types and literals
 
@@ -670,9 +675,7 @@ def from_jaxpr(closed, in_dtypes: Sequence, out_dtypes: Sequence) -> KernelSourc
         "}\n"
         "#endif\n"
     )
-    text = _PRELUDE + point + entries
-    return KernelSource(text, tuple(np.dtype(d) for d in in_dtypes), tuple(np.dtype(d) for d in out_dtypes),
-                        hashlib.sha256(text.encode()).hexdigest())
+    return KernelSource.of(_PRELUDE + point + entries, in_dtypes, out_dtypes)
 
 
 def generate(fn: Callable, in_dtypes: Sequence, out_dtypes: Sequence) -> KernelSource:

@@ -24,8 +24,9 @@ import jax
 import numpy as np
 
 from engine.solve._atomic_file import write_whole
-from engine.solve.kernel.c_source import CUDA_ENTRY, KernelSource, KernelUnsupported, generate
+from engine.solve.kernel.c_source import CUDA_ENTRY, KernelSource, KernelUnsupported
 from engine.solve.kernel.host import cache_dir
+from engine.solve.kernel.stored import kernel_source
 
 # Threads per CUDA block. Each thread holds a whole solve (float64 state,
 # stages, event log) in registers and local memory; 128 is a common start,
@@ -184,9 +185,10 @@ class CudaKernel:
         self._functions: dict[int, object] = {}  # per CUDA context: (module, function)
 
     @classmethod
-    def of(cls, body, device=None) -> "CudaKernel":
-        """The fused kernel body (engine.solve.kernel.body.KernelBody) generated and compiled for the device."""
-        return cls(generate(body, [np.int32] + list(body.input_dtypes), body.out_dtypes), arch_of(device))
+    def of(cls, body, device=None, key: str | None = None) -> "CudaKernel":
+        """The fused kernel body (engine.solve.kernel.body.KernelBody) generated (or
+        read where stored under `key`: engine.solve.kernel.stored) and compiled for the device."""
+        return cls(kernel_source(body, key), arch_of(device))
 
     def _function(self, context_key: int):
         driver = self._driver

@@ -28,12 +28,13 @@ import jax
 import jax.numpy as jnp
 
 import engine.solve.kernel.pallas as backend
+import engine.solve.kernel.stored as stored
 from engine._jax_setup import float64_here
 from engine.solve.base import BatchSolver, Plan, masked, safe_params
 from engine.solve.device import Device
 from engine.solve.hybrid import HybridPoint
 from engine.solve.kernel.backends import choose as choose_kernel_backend
-from engine.solve.kernel.body import KernelBody, cannot_lower, unexpected
+from engine.solve.kernel.body import PLEASE_REPORT, KernelBody, cannot_lower, unexpected
 from engine.solve.kernel.jaxpr import Unfusable
 from engine.solve.vmapped import POINT_BYTES as VMAPPED_POINT_BYTES
 from engine.solve.vmapped import memory_batch
@@ -100,7 +101,9 @@ class FusedSolver(BatchSolver):
         interpret = not backend.compiles_for(plan.device.platform)
         # The kernel backend (engine.solve.kernel: Pallas, or the body generated
         # as C, one thread a point), chosen and built now: a failure falls back to Pallas.
-        choice = choose_kernel_backend(body, plan.device.platform)
+        source = stored.key(study, made="source", settings=repr(settings), selected=list(selected), block=block,
+                            x64=jax.config.jax_enable_x64)
+        choice = choose_kernel_backend(body, plan.device.platform, key=source)
 
         def run(params, count=None):
             safe, admitted = jax.vmap(lambda p: safe_params(study, dtype, p))(params)
@@ -123,8 +126,24 @@ class _Check(NamedTuple):
     outside: tuple[tuple[str, str], ...] = ()  # (part, why) of each part of its solve outside the kernel
 
 
-@functools.cache  # a pure function of the study, asked by every plan: traced once per process
+@functools.cache  # a pure function of the study, asked by every plan: once per process
 def _kernel_check(study) -> _Check:
+    """`_traced_check`, read where an earlier process stored it
+    (engine.solve.kernel.stored): a check that raised unexpectedly is not stored."""
+    key = stored.key(study, made="check", block=GPU_BLOCK)
+    found = stored.load(key, "check.json")
+    if isinstance(found, dict):
+        try:
+            return _Check(found["reason"], tuple((part, why) for part, why in found["outside"]))
+        except (KeyError, TypeError, ValueError):
+            pass  # not a check this engine wrote: traced again
+    check = _traced_check(study)
+    if not (check.reason or "").endswith(PLEASE_REPORT):
+        stored.store(key, "check.json", {"reason": check.reason, "outside": check.outside})
+    return check
+
+
+def _traced_check(study) -> _Check:
     """Whether the study's hybrid system makes a fused kernel, and where its
     start and finish run.
 

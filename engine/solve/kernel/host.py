@@ -28,7 +28,8 @@ import jax
 import numpy as np
 
 from engine._jax_setup import user_cache
-from engine.solve.kernel.c_source import HOST_ENTRY, KernelSource, KernelUnsupported, generate
+from engine.solve.kernel.c_source import HOST_ENTRY, KernelSource, KernelUnsupported
+from engine.solve.kernel.stored import kernel_source
 
 FLAGS = ("-O2", "-fPIC", "-shared", "-std=c11", "-ffp-contract=off", "-fno-fast-math")
 LIBS = ("-lm",)
@@ -104,9 +105,10 @@ class HostKernel:
         self._entry = entry
 
     @classmethod
-    def of(cls, body) -> "HostKernel":
-        """The fused kernel body (engine.solve.kernel.body.KernelBody) generated and compiled."""
-        return cls(generate(body, [np.int32] + list(body.input_dtypes), body.out_dtypes))
+    def of(cls, body, key: str | None = None) -> "HostKernel":
+        """The fused kernel body (engine.solve.kernel.body.KernelBody) generated
+        (or read where stored under `key`: engine.solve.kernel.stored) and compiled."""
+        return cls(kernel_source(body, key))
 
     def run_numpy(self, *columns: np.ndarray) -> list[np.ndarray]:
         """The kernel on numpy columns (outside jit: the code generator's tests)."""

@@ -1,0 +1,79 @@
+"""What tracing a study's kernel body decides, kept between processes.
+
+A fused run traced the study's kernel body twice in every process before its
+first call: for the plan's check (does the study fuse, and do its start and
+finish run inside the kernel) and for the C source of a generated backend
+(`cuda`, `host`). Both are pure functions of the study's code, the engine's
+source, the packages' versions and the settings (engine.solve.source_key) for
+a registered study, so the first process stores them in the compile cache's folder and later ones
+read them: on 2 CPU cores (rolling ball, `host` backend) 0.5 s of planning
+and 0.4 s of the first call, every process. A file that cannot be read or
+does not fit is made again; with the cache off ($ROLLSWEEP_CACHE empty)
+nothing is stored.
+"""
+
+import json
+import pathlib
+
+import numpy as np
+
+from engine._jax_setup import cache_dir
+from engine.solve._atomic_file import write_whole
+from engine.solve.kernel.c_source import KernelSource, generate
+from engine.solve.source_key import source_key
+from engine.study.interface import load_study
+
+# Version of the keys and the files: a change invalidates every entry.
+FORMAT = 1
+
+
+def key(study, **made_with) -> str | None:
+    """The key of what tracing `study`'s kernel body made with `made_with`
+    (None: nothing is stored for this study).
+
+    Registered studies only (`rollsweep.studies` entry points): such a study is
+    its package's code, which the key's digest covers. One made at run time (a
+    notebook's, a test's, a factory's closures) may differ from another of the
+    same name and files in what no file says."""
+    try:
+        registered = load_study(study.name) is study
+    except Exception:  # noqa: BLE001 - an unknown name, or a registry that fails to load: not stored
+        registered = False
+    return source_key(study, format=FORMAT, part="kernel", **made_with) if registered else None
+
+
+def _path(key: str | None, suffix: str) -> pathlib.Path | None:
+    folder = cache_dir()
+    return None if folder is None or key is None else folder / "traced" / f"{key}.{suffix}"
+
+
+def load(key: str | None, suffix: str):
+    """The JSON value stored under `key` (None: none, or unreadable)."""
+    path = _path(key, suffix)
+    if path is None:
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def store(key: str | None, suffix: str, value) -> None:
+    path = _path(key, suffix)
+    if path is not None:
+        write_whole(path, json.dumps(value).encode())
+
+
+def kernel_source(body, key: str | None) -> KernelSource:
+    """The kernel body (engine.solve.kernel.body.KernelBody) generated as C, or
+    read where an earlier process generated it under `key` (for the same
+    column dtypes)."""
+    in_dtypes = [np.dtype(np.int32)] + [np.dtype(d) for d in body.input_dtypes]
+    out_dtypes = [np.dtype(d) for d in body.out_dtypes]
+    names = {"in": [d.str for d in in_dtypes], "out": [d.str for d in out_dtypes]}
+    found = load(key, "c.json")
+    if isinstance(found, dict) and {k: found.get(k) for k in names} == names and isinstance(found.get("text"), str):
+        return KernelSource.of(found["text"], in_dtypes, out_dtypes)
+    source = generate(body, in_dtypes, out_dtypes)
+    store(key, "c.json", {**names, "text": source.text})
+    return source

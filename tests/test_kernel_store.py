@@ -1,0 +1,138 @@
+"""What tracing a study's kernel body decides, kept between processes
+(engine.solve.kernel.stored): the fused check and the generated C source are
+read, not traced again, for a registered study; made again where the stored
+file is damaged or does not fit; never stored for a study made at run time or
+for a check that failed unexpectedly."""
+
+import os
+import shutil
+import sys
+from unittest import mock
+
+import numpy as np
+import pytest
+from jax import lax
+from test_lane_structural import _raising
+from test_outside_models import NATURAL, SETTINGS, _columns
+
+import engine.solve.kernel.fused as fused_module
+import engine.solve.kernel.stored as stored
+from engine._jax_setup import CACHE_VARIABLE
+from engine.solve import SOLVERS, evaluate, exported, make_plan
+from engine.solve.kernel.backends import ENV
+from engine.solve.kernel.body import PLEASE_REPORT
+from engine.solve.kernel.jaxpr import _STRUCTURAL
+from studies.pingpong import STUDY as PINGPONG
+
+FUSED = SOLVERS["fused"]
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """A cache folder of the test's own, and no check of this process's remembered."""
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path))
+    fused_module._kernel_check.cache_clear()
+    yield tmp_path / "traced"
+    fused_module._kernel_check.cache_clear()
+
+
+def _new_process():
+    fused_module._kernel_check.cache_clear()
+
+
+def _traced_never(study):
+    raise AssertionError("traced again")
+
+
+def test_a_registered_studys_check_is_read_not_traced_again(store, monkeypatch):
+    reason, outside = FUSED.unsupported(PINGPONG), FUSED.outside(PINGPONG)
+    assert reason is None
+    assert len(list(store.glob("*.check.json"))) == 1
+    _new_process()
+    monkeypatch.setattr(fused_module, "_traced_check", _traced_never)
+    assert FUSED.unsupported(PINGPONG) is None and FUSED.outside(PINGPONG) == outside
+
+
+def test_a_damaged_check_is_traced_again(store, monkeypatch):
+    FUSED.unsupported(PINGPONG)
+    (entry,) = store.glob("*.check.json")
+    traced = []
+    real = fused_module._traced_check
+    monkeypatch.setattr(fused_module, "_traced_check", lambda study: traced.append(study) or real(study))
+    for damage in ("not json", '{"reason": null}', "[1, 2]"):
+        entry.write_text(damage)
+        _new_process()
+        traced.clear()
+        assert FUSED.unsupported(PINGPONG) is None
+        assert traced == [PINGPONG], damage
+
+
+def test_a_study_made_at_run_time_is_never_stored(store):
+    """A study made by code at run time (here a test's, of closures) is not
+    registered: what it is, no file says, so nothing of it is kept."""
+    study = NATURAL
+    assert stored.key(study, made="check") is None
+    FUSED.unsupported(study)
+    assert not store.exists()
+    assert stored.key(PINGPONG, made="check") is not None
+
+
+def test_an_unexpected_failure_of_the_check_is_not_stored(store, monkeypatch):
+    monkeypatch.setitem(_STRUCTURAL, lax.slice_p, _raising)
+    assert FUSED.unsupported(PINGPONG).endswith(PLEASE_REPORT)
+    assert not list(store.glob("*.check.json"))
+
+
+def test_keys_differ_by_what_the_trace_is_made_with():
+    base = stored.key(PINGPONG, made="source", settings="a", selected=["x"], block=32, x64=True)
+    assert base == stored.key(PINGPONG, made="source", settings="a", selected=["x"], block=32, x64=True)
+    others = [stored.key(PINGPONG, made="check", block=32),
+              stored.key(PINGPONG, made="source", settings="b", selected=["x"], block=32, x64=True),
+              stored.key(PINGPONG, made="source", settings="a", selected=["y"], block=32, x64=True),
+              stored.key(PINGPONG, made="source", settings="a", selected=["x"], block=64, x64=True),
+              stored.key(PINGPONG, made="source", settings="a", selected=["x"], block=32, x64=False)]
+    assert base not in others and len(set(others)) == len(others)
+
+
+# ---- the generated source (the host backend: the same C the CUDA backend compiles)
+
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
+                              reason="no C compiler to build the generated kernel for the host")
+
+
+def _solve_fused_on_the_host(columns):
+    """The rolling ball by the fused solver with the generated kernel compiled
+    for the host, its batch function built afresh (as in a new process)."""
+    evaluate_module = sys.modules["engine.solve.evaluate"]
+    evaluate_module.compiled.cache_clear()
+    try:
+        with mock.patch.dict(os.environ, {ENV: "host"}), \
+                mock.patch.object(exported, "program", lambda make, key, args: make()):
+            return evaluate(PINGPONG, SETTINGS, columns, plan=make_plan(PINGPONG, solver="fused", batch=64),
+                            outputs=["final_displacement"])
+    finally:
+        evaluate_module.compiled.cache_clear()
+
+
+@needs_cc
+def test_the_generated_source_is_read_where_stored(store, monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user"))  # the compiled libraries: this test's
+    columns = _columns(PINGPONG, spin_ratio=np.linspace(0.2, 3.0, 40))
+    first = _solve_fused_on_the_host(columns)
+    (entry,) = store.glob("*.c.json")
+    monkeypatch.setattr(stored, "generate", lambda *args: pytest.fail("generated again"))
+    again = _solve_fused_on_the_host(columns)
+    np.testing.assert_array_equal(again.outputs["final_displacement"], first.outputs["final_displacement"])
+    np.testing.assert_array_equal(again.num_steps, first.num_steps)
+    # A stored source for other column dtypes does not fit: generated again.
+    text = entry.read_text().replace('"<f8"', '"<f4"', 1)
+    entry.write_text(text)
+    monkeypatch.undo()
+    monkeypatch.setenv(CACHE_VARIABLE, str(store.parent))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user"))
+    generated = []
+    real = stored.generate
+    monkeypatch.setattr(stored, "generate", lambda *args: generated.append(1) or real(*args))
+    third = _solve_fused_on_the_host(columns)
+    assert generated == [1]
+    np.testing.assert_array_equal(third.outputs["final_displacement"], first.outputs["final_displacement"])
