@@ -10,8 +10,8 @@ crash), on a stubbed GPU too.
 """
 
 import contextlib
-import os
 import dataclasses
+import os
 
 import jax
 import jax.numpy as jnp
