@@ -25,6 +25,8 @@ CPU_TASK_POINTS = 1 << 17
 # On CPU, tasks per thread at least (where the run has the points): points
 # differ in cost, and a thread that finishes early takes another task.
 TASKS_PER_THREAD = 4
+# ... and at least this many where tasks are made larger to fill their calls.
+MIN_TASKS_PER_THREAD = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,11 +49,15 @@ def task_points(plan, points: int, threads: int) -> int:
     filled by one call, and a thread preparing or writing one task while the
     other's call runs keeps it busy. On CPU a share of the run that gives each
     thread TASKS_PER_THREAD tasks, so that every core works to the end, up to
-    CPU_TASK_POINTS (or one call, if larger).
+    CPU_TASK_POINTS (or one call, if larger); but at least what fills a call
+    of the plan's solver (BatchSolver.full_call), where every thread still gets
+    MIN_TASKS_PER_THREAD tasks.
     """
     if plan.device.accelerator:
         return plan.batch
-    share = math.ceil(points / (TASKS_PER_THREAD * max(1, threads)))
+    threads = max(1, threads)
+    share = math.ceil(points / (TASKS_PER_THREAD * threads))
+    share = max(share, min(plan.solver.full_call(plan), math.ceil(points / (MIN_TASKS_PER_THREAD * threads))))
     return max(1, min(share, max(plan.batch, CPU_TASK_POINTS)))
 
 

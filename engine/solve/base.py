@@ -78,6 +78,11 @@ class BatchSolver(abc.ABC):
         """Points in flight in a call of `batch` points."""
         return batch
 
+    def full_call(self, plan: Plan) -> int:
+        """The fewest points a call needs to keep its work well filled (a run
+        gives a task at least this many where it has the points)."""
+        return 1
+
     @abc.abstractmethod
     def working_bytes(self, plan: Plan) -> int:
         """Memory of one compiled call beyond the shard's own arrays (a generous bound)."""
