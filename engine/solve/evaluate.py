@@ -80,8 +80,11 @@ def _filled(batch: int, value: bytes, dtype: str, device, x64: bool) -> jax.Arra
     afresh at every evaluate, the bicycle's 27 fixed parameters cost 27 eager
     dispatches a task, holding the GIL: 2.1 of 4.2 ms per 4,096 points. (An
     array is immutable: every call may share it. `device` and `x64`, the
-    thread's, are in the key: a pinned thread's array lives on its device.)"""
-    return jnp.full((batch,), np.frombuffer(value, dtype)[0])
+    thread's, are in the key: a pinned thread's array lives on its device.)
+    Made on the host and copied in once, not by `jnp.full` on the device: that
+    compiled a program in every process (~40 ms each on CPU, of a warm run's
+    0.6 s to its first results)."""
+    return jnp.asarray(np.full((batch,), np.frombuffer(value, dtype)[0]))
 
 
 def evaluate(
