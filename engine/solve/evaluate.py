@@ -125,10 +125,10 @@ def evaluate(
     # code's (the bicycle's eigenvalues differed in the last bit), and a point's
     # results would depend on whether its sweep fixes a parameter or sweeps it
     # (tests/test_fixed_values.py).
-    # Made on the device from its one value: a batch of it made on the host and
-    # copied in was 8 bytes a point per fixed parameter through the host's
-    # memory and the bus (on a GPU, a 2^20-point call of the rolling ball moved
-    # 48 MB for its six fixed parameters).
+    # Made once a process (_filled): copied in from its view at every call it was
+    # 8 bytes a point per fixed parameter through the host's memory and the bus
+    # (on a GPU, a 2^20-point call of the rolling ball moved 48 MB for its six
+    # fixed parameters).
     fixed = {k: _filled(batch, np.asarray(v[0], dtype=settings.dtype).tobytes(), settings.dtype,
                         jax.config.jax_default_device, jax.config.jax_enable_x64)
              for k, v in raw.items() if v.ndim == 1 and v.size and v.strides[0] == 0}
