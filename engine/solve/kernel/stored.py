@@ -6,9 +6,11 @@ finish run inside the kernel) and for the C source of a generated backend
 (`cuda`, `host`). For a registered study both are pure functions of its code,
 the engine's source, the packages' versions and the settings
 (engine.solve.source_key), so the first process stores them in the compile
-cache's folder and later ones read them. Measured on 2 CPU cores (rolling
-ball, `host` backend, a fresh process): planning 0.52-0.60 s -> 0.02 s, the
-first call of 200,000 points 1.27-1.35 s -> 1.17-1.19 s (later calls 0.87 s).
+cache's folder and later ones read them. Measured on 2 CPU cores
+(benchmarks/first_call.py --backend host: rolling ball, a fresh process,
+seven alternating rounds): planning 0.51-0.60 s -> 0.02 s; planning and the
+first call of 200,000 points together 1.78-1.91 s -> 1.32-1.51 s, of which
+the solve is 0.87-0.90 s (the first call now does some tracing the check did).
 A file that cannot be read or does not fit is made again; with the cache off
 ($ROLLSWEEP_CACHE empty) nothing is stored.
 """
