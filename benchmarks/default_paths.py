@@ -70,63 +70,73 @@ def default_path_rate(study, axes_for, sizes, repeat, folder, solver=None, outpu
     return (n2 - n1) / (t2 - t1) if t2 > t1 else math.nan, seconds
 
 
+def rolling_ball_row(sizes, repeat, folder) -> tuple:
+    """The rolling ball against numba on the same cores."""
+    rate, seconds = default_path_rate(
+        "pingpong", lambda n: {"spin_ratio": {"linspace": [0.2, 3.0, n]}}, sizes, repeat, folder,
+        solver={"rtol": bench_pingpong.RTOL, "atol": bench_pingpong.ATOL})
+    peer = bench_pingpong.numba_sweep()
+    peer_rate = math.nan
+    if peer is not None:
+        qs = np.linspace(0.2, 3.0, sizes[1])
+        _, best = best_of(lambda: peer(qs), repeat)
+        peer_rate = sizes[1] / best
+    return "rolling ball", sizes, seconds, rate, "numba DP5, all threads", peer_rate, None
+
+
+def bicycle_row(sizes, repeat, folder) -> tuple:
+    """Bicycle speeds against jit(vmap(eigvals)): the eigenvalues the peer computes
+    (`outputs`; the characteristic speeds, a root search each, are not the peer's)."""
+    rate, seconds = default_path_rate("bicycle", lambda n: {"v": {"linspace": [0.0, 10.0, n]}}, sizes, repeat,
+                                      folder, outputs=bench_bicycle.OUTPUTS)
+    matrices, g = bench_bicycle.benchmark_matrices()
+    eigvals = bench_bicycle.jax_eigvals(matrices, g)
+    v = np.linspace(0.0, 10.0, sizes[1])
+    _, best = best_of(lambda: np.asarray(eigvals(v)), repeat)
+    return "bicycle speeds", sizes, seconds, rate, "jit(vmap(eigvals))", sizes[1] / best, None
+
+
+def rebound_row(scale, repeat, folder) -> tuple:
+    """The rebound regime map (spin ratio x incidence angle) against numba and 1e7 points/s."""
+    spins = 1000
+    sizes = (spins * 1000 // scale, spins * 5000 // scale)
+    rate, seconds = default_path_rate(
+        "rebound_regime", lambda n: {"spin_ratio": {"linspace": [-1.0, 1.0, spins]},
+                                     "incidence_angle": {"linspace": [0.0, 89.9, n // spins]}},
+        sizes, repeat, folder)
+    peer_rate = math.nan
+    peer = bench_rebound.numba_sweep() if numba is not None else None
+    if peer is not None:
+        angle, spin = (m.ravel() for m in np.meshgrid(np.linspace(0.0, 89.9, sizes[1] // spins),
+                                                    np.linspace(-1.0, 1.0, spins), indexing="ij"))
+        speed, e, mu, r = (bench_rebound.SPEED, bench_rebound.RESTITUTION, bench_rebound.FRICTION,
+                           bench_rebound.RADIUS)
+        _, best = best_of(lambda: peer(speed, angle, spin, e, mu, r), repeat)
+        peer_rate = sizes[1] / best
+    return "rebound regime", sizes, seconds, rate, "numba bounce map, all threads", peer_rate, 1e7
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tenth of the sizes, one repeat: a smoke test")
     parser.add_argument("--repeat", type=int, default=5, help="whole processes a size, in turns (best of)")
     parser.add_argument("--rolling-ball-sizes", type=int, nargs=2, default=(100_000, 400_000), metavar=("N1", "N2"),
                         help="the rolling ball's two sizes (a wider span: a rate less at the mercy of start-up noise)")
-    parser.add_argument("--only", choices=("rolling ball",), help="this sweep alone")
+    parser.add_argument("--bicycle-sizes", type=int, nargs=2, default=(20_000, 100_000), metavar=("N1", "N2"),
+                        help="the bicycle speeds' two sizes (as above)")
+    parser.add_argument("--only", choices=("rolling ball", "bicycle", "rebound"), help="this sweep alone")
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     repeat = 1 if args.quick else args.repeat
     print(f"default path (no shard_size, no batch_size), {machine()}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="rollsweep_default_") as folder:
-        # Rolling ball against numba on the same cores.
-        sizes = tuple(n // scale for n in args.rolling_ball_sizes)
-        rate, seconds = default_path_rate(
-            "pingpong", lambda n: {"spin_ratio": {"linspace": [0.2, 3.0, n]}}, sizes, repeat, folder,
-            solver={"rtol": bench_pingpong.RTOL, "atol": bench_pingpong.ATOL})
-        peer = bench_pingpong.numba_sweep()
-        peer_rate = math.nan
-        if peer is not None:
-            qs = np.linspace(0.2, 3.0, sizes[1])
-            _, best = best_of(lambda: peer(qs), repeat)
-            peer_rate = sizes[1] / best
-        rows.append(("rolling ball", sizes, seconds, rate, "numba DP5, all threads", peer_rate, None))
-
-        if args.only:
-            return _print(rows)
-
-        # Bicycle speeds against jit(vmap(eigvals)): the eigenvalues the peer computes
-        # (`outputs`; the characteristic speeds, a root search each, are not the peer's).
-        sizes = (20_000 // scale, 100_000 // scale)
-        rate, seconds = default_path_rate("bicycle", lambda n: {"v": {"linspace": [0.0, 10.0, n]}}, sizes, repeat,
-                                          folder, outputs=bench_bicycle.OUTPUTS)
-        matrices, g = bench_bicycle.benchmark_matrices()
-        eigvals = bench_bicycle.jax_eigvals(matrices, g)
-        v = np.linspace(0.0, 10.0, sizes[1])
-        _, best = best_of(lambda: np.asarray(eigvals(v)), repeat)
-        rows.append(("bicycle speeds", sizes, seconds, rate, "jit(vmap(eigvals))", sizes[1] / best, None))
-
-        # Rebound regime map: spin ratio x incidence angle.
-        spins = 1000
-        sizes = (spins * 1000 // scale, spins * 5000 // scale)
-        rate, seconds = default_path_rate(
-            "rebound_regime", lambda n: {"spin_ratio": {"linspace": [-1.0, 1.0, spins]},
-                                         "incidence_angle": {"linspace": [0.0, 89.9, n // spins]}},
-            sizes, repeat, folder)
-        peer_rate = math.nan
-        peer = bench_rebound.numba_sweep() if numba is not None else None
-        if peer is not None:
-            angle, spin = (m.ravel() for m in np.meshgrid(np.linspace(0.0, 89.9, sizes[1] // spins),
-                                                        np.linspace(-1.0, 1.0, spins), indexing="ij"))
-            speed, e, mu, r = (bench_rebound.SPEED, bench_rebound.RESTITUTION, bench_rebound.FRICTION,
-                               bench_rebound.RADIUS)
-            _, best = best_of(lambda: peer(speed, angle, spin, e, mu, r), repeat)
-            peer_rate = sizes[1] / best
-        rows.append(("rebound regime", sizes, seconds, rate, "numba bounce map, all threads", peer_rate, 1e7))
+        if args.only in (None, "rolling ball"):
+            rows.append(rolling_ball_row(tuple(n // scale for n in args.rolling_ball_sizes), repeat, folder))
+        if args.only in (None, "bicycle"):
+            rows.append(bicycle_row(tuple(n // scale for n in args.bicycle_sizes), repeat, folder))
+        if args.only in (None, "rebound"):
+            rows.append(rebound_row(scale, repeat, folder))
     _print(rows)
 
 
