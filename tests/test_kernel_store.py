@@ -4,22 +4,19 @@ read, not traced again, for a registered study; made again where the stored
 file is damaged or does not fit; never stored for a study made at run time or
 for a check that failed unexpectedly."""
 
-import os
-import shutil
-import sys
-from unittest import mock
 
 import numpy as np
 import pytest
 from jax import lax
+from test_kernel_c import _solve
+from test_kernel_c import pytestmark as needs_cc  # a C compiler to build the host kernel
 from test_lane_structural import _raising
 from test_outside_models import NATURAL, SETTINGS, _columns
 
 import engine.solve.kernel.fused as fused_module
 import engine.solve.kernel.stored as stored
 from engine._jax_setup import CACHE_VARIABLE
-from engine.solve import SOLVERS, evaluate, exported, make_plan
-from engine.solve.kernel.backends import ENV
+from engine.solve import SOLVERS
 from engine.solve.kernel.body import PLEASE_REPORT
 from engine.solve.kernel.jaxpr import _STRUCTURAL
 from studies.pingpong import STUDY as PINGPONG
@@ -96,43 +93,22 @@ def test_keys_differ_by_what_the_trace_is_made_with():
 
 # ---- the generated source (the host backend: the same C the CUDA backend compiles)
 
-needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
-                              reason="no C compiler to build the generated kernel for the host")
-
-
-def _solve_fused_on_the_host(columns):
-    """The rolling ball by the fused solver with the generated kernel compiled
-    for the host, its batch function built afresh (as in a new process)."""
-    evaluate_module = sys.modules["engine.solve.evaluate"]
-    evaluate_module.compiled.cache_clear()
-    try:
-        with mock.patch.dict(os.environ, {ENV: "host"}), \
-                mock.patch.object(exported, "program", lambda make, key, args: make()):
-            return evaluate(PINGPONG, SETTINGS, columns, plan=make_plan(PINGPONG, solver="fused", batch=64),
-                            outputs=["final_displacement"])
-    finally:
-        evaluate_module.compiled.cache_clear()
-
 
 @needs_cc
 def test_the_generated_source_is_read_where_stored(store, monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user"))  # the compiled libraries: this test's
     columns = _columns(PINGPONG, spin_ratio=np.linspace(0.2, 3.0, 40))
-    first = _solve_fused_on_the_host(columns)
+    first = _solve(PINGPONG, "fused", columns, SETTINGS)
     (entry,) = store.glob("*.c.json")
+    real = stored.generate
     monkeypatch.setattr(stored, "generate", lambda *args: pytest.fail("generated again"))
-    again = _solve_fused_on_the_host(columns)
+    again = _solve(PINGPONG, "fused", columns, SETTINGS)
     np.testing.assert_array_equal(again.outputs["final_displacement"], first.outputs["final_displacement"])
     np.testing.assert_array_equal(again.num_steps, first.num_steps)
     # A stored source for other column dtypes does not fit: generated again.
-    text = entry.read_text().replace('"<f8"', '"<f4"', 1)
-    entry.write_text(text)
-    monkeypatch.undo()
-    monkeypatch.setenv(CACHE_VARIABLE, str(store.parent))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user"))
+    entry.write_text(entry.read_text().replace('"<f8"', '"<f4"', 1))
     generated = []
-    real = stored.generate
     monkeypatch.setattr(stored, "generate", lambda *args: generated.append(1) or real(*args))
-    third = _solve_fused_on_the_host(columns)
+    third = _solve(PINGPONG, "fused", columns, SETTINGS)
     assert generated == [1]
     np.testing.assert_array_equal(third.outputs["final_displacement"], first.outputs["final_displacement"])
