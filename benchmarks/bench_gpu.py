@@ -121,10 +121,7 @@ def engine_rows():
 
         def run(qs, name=name):
             plan = make_plan(STUDY, device, solver=name, points=qs.size)
-            # Fixed parameters as a run passes them (one value seen n times: made on the device).
-            columns = {k: np.broadcast_to(np.float64(v), qs.shape) for k, v in pingpong.P.items()} | {
-                "spin_ratio": qs}
-            return evaluate(STUDY, settings, columns, plan=plan, outputs=["final_displacement"]).outputs[
+            return evaluate(STUDY, settings, pingpong.columns(qs), plan=plan, outputs=["final_displacement"]).outputs[
                 "final_displacement"]
 
         mode = " (interpret mode)" if name == "fused" and device.platform != "gpu" else ""

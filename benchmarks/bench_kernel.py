@@ -67,10 +67,7 @@ def sweep_with(backend: str):
     def run(qs):
         os.environ[ENV] = backend
         plan = make_plan(STUDY, device, solver="fused", points=qs.size)
-        # Fixed parameters as a run passes them (one value seen n times: made on the device).
-        columns = {k: np.broadcast_to(np.float64(v), qs.shape) for k, v in pingpong.P.items()} | {
-            "spin_ratio": qs}
-        return evaluate(STUDY, settings, columns, plan=plan, outputs=["final_displacement"]).outputs[
+        return evaluate(STUDY, settings, pingpong.columns(qs), plan=plan, outputs=["final_displacement"]).outputs[
             "final_displacement"]
 
     def on_device(qs):

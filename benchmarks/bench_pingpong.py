@@ -32,6 +32,12 @@ P = dict(cf.DEFAULTS)
 G, R, MU, DELTA, BETA, V0 = P["gravity"], P["radius"], P["friction"], P["rolling_resistance"], P["drag"], 1.0
 
 
+def columns(qs) -> dict:
+    """The engine's parameter columns at the spin ratios `qs`, the fixed ones as
+    a run passes them (one value seen n times: made on the device)."""
+    return {k: np.broadcast_to(np.float64(v), qs.shape) for k, v in P.items()} | {"spin_ratio": qs}
+
+
 # ---------------------------------------------------------------- scipy loop
 def scipy_final(q):
     from scipy.integrate import solve_ivp

@@ -38,7 +38,7 @@ def main():
     print(f"imports {time.perf_counter() - START:.2f} s")
     settings = SolverSettings(rtol=pingpong.RTOL, atol=pingpong.ATOL)
     qs = np.linspace(0.2, 3.0, args.points)
-    columns = {k: np.broadcast_to(np.float64(v), qs.shape) for k, v in pingpong.P.items()} | {"spin_ratio": qs}
+    columns = pingpong.columns(qs)
     start = time.perf_counter()
     plan = make_plan(STUDY, detect(), solver=args.solver, points=args.points)
     print(f"plan {time.perf_counter() - start:.2f} s ({plan.solver.name}, batch {plan.batch:,}, width {plan.width:,})")
