@@ -66,7 +66,10 @@ def demo_configs(only: str | None) -> list[pathlib.Path]:
 
 def run_once(config: pathlib.Path, out: pathlib.Path, cache: pathlib.Path, cores: int | None) -> dict:
     stamps_file = out.with_suffix(".json")
-    env = dict(os.environ, ROLLSWEEP_CACHE=str(cache), PYTHONPATH=str(ROOT))
+    # The checkout first, then whatever PYTHONPATH already holds (on a GPU machine,
+    # the folder of the installed packages): extended, never replaced.
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    env = dict(os.environ, ROLLSWEEP_CACHE=str(cache), PYTHONPATH=path)
     command = [sys.executable, "-c", CHILD, str(stamps_file), "run", str(config), "--out", str(out),
                "--overwrite", "--quiet", "--executor", "inline"]
     if cores:
