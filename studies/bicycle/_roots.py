@@ -134,7 +134,10 @@ def _labels(poly, speed):
             mid = (lo + hi) / 2
             same = (polyval(disc, mid) > 0) == positive
             lo, hi = jnp.where(same, mid, lo), jnp.where(same, hi, mid)
-        new_slots, new_count = _collision(poly, jnp.sqrt((lo + hi) / 2), slots, count)
+        # Computed once (engine.once): the unrolled bisection feeding the quartic at the
+        # collision took jax 0.12's XLA:CPU minutes to compile.
+        collision, = computed_once((jnp.sqrt((lo + hi) / 2),))
+        new_slots, new_count = _collision(poly, collision, slots, count)
         # No sign change between this cell and the next: its lower node has the other sign.
         return i + 1, low, high, ~positive, new_slots, new_count, slots, count
 

@@ -16,6 +16,8 @@ NaN where there is no such speed in (0, max_speed].
 
 import jax.numpy as jnp
 
+from engine.once import computed_once
+
 from ._polynomials import polyval, speed_polynomials
 from ._quartic import closest_pair, ferrari, horner
 
@@ -71,7 +73,10 @@ def _first_downward_crossing(f, max_speed):
         mid = (lo + hi) / 2
         below = f(mid) > 0  # mid is on the lower side of the crossing
         lo, hi = jnp.where(below, mid, lo), jnp.where(below, hi, mid)
-    return jnp.where(found, (lo + hi) / 2, jnp.nan)
+    # The bracket's end computed once (engine.once): consumed by Newton's steps and
+    # Ferrari, the unrolled chain of selects took jax 0.12's XLA:CPU minutes to compile.
+    crossing, = computed_once((jnp.where(found, (lo + hi) / 2, jnp.nan),))
+    return crossing
 
 
 def double_root_speed(matrices, g, max_speed):
