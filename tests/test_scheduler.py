@@ -34,7 +34,7 @@ def one_error_line(capsys) -> str:
     # which the refusal states: the message is checked, not a wall-clock time.
     (f"tcp://127.0.0.1:{closed_port()}", "no dask scheduler answered at tcp://127.0.0.1:"),
     ("foo", "'foo' is not a dask scheduler address"),
-])
+], ids=["closed-port", "not-an-address"])  # fixed ids: xdist's workers must collect the same names (the port varies)
 def test_unreachable_scheduler_is_refused_writing_nothing(small_sweep, tmp_path, capsys, address, expected):
     config = small_sweep()
     code = main(["run", str(config), "--scheduler", address, "--connect-timeout", "0.5", "--quiet"])
