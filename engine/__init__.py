@@ -1,43 +1,77 @@
-"""rollsweep's engine: generic machinery for batch parameter studies."""
+"""rollsweep's engine: generic machinery for batch parameter studies.
+
+The public names (`engine.run`, `engine.open_cube`, `Study`, ...) are imported
+on first use, not with the package: `import engine` is what every `rollsweep`
+command pays, and most of them never touch xarray, dask or the solvers
+(measured on 2 cores: `import engine.cli.commands` 1.5 s before, when this
+imported them all). The accessor `ds.rollsweep` is registered as soon as
+xarray is imported, by whoever imports it (engine.cube.accessor.when_imported).
+"""
 
 import gc
+import importlib
 
-# The imports below (JAX, diffrax, zarr, xarray: some 220,000 objects that live as
-# long as the process) run with the cyclic collector paused: each collection it
-# started on the way traversed everything imported so far. Measured on 2 cores:
-# `rollsweep run` of 100,000 points, whole processes, 0.1 s less. The collector's
-# state is restored however the imports end.
-_collecting = gc.isenabled()
-gc.disable()
-try:
-    import engine.cube.accessor  # noqa: F401 - registers ds.rollsweep
-    from engine._version import __version__ as __version__
-    from engine.cube.store import open_cube as open_cube
-    from engine.errors import ConfigError as ConfigError
-    from engine.errors import StoreError as StoreError
-    from engine.runner.execute import RunReport as RunReport
-    from engine.runner.execute import run as run
-    from engine.solve.hybrid import HybridPoint as HybridPoint
-    from engine.solve.hybrid import HybridSolution as HybridSolution
-    from engine.solve.hybrid import HybridSystem as HybridSystem
-    from engine.solve.hybrid import Mode as Mode
-    from engine.solve.hybrid import Start as Start
-    from engine.solve.hybrid import Transition as Transition
-    from engine.study.interface import Constraint as Constraint
-    from engine.study.interface import Interval as Interval
-    from engine.study.interface import Output as Output
-    from engine.study.interface import Parameter as Parameter
-    from engine.study.interface import PointResult as PointResult
-    from engine.study.interface import Study as Study
-    from engine.study.interface import available_studies as available_studies
-    from engine.study.interface import demo_configs as demo_configs
-    from engine.study.interface import load_study as load_study
-    from engine.study.status import Status as Status
-    from engine.sweep.config import Sweep as Sweep
-    from engine.sweep.config import load_sweep as load_sweep
-    from engine.sweep.config import parse_sweep as parse_sweep
-    from engine.sweep.settings import SolverSettings as SolverSettings
-finally:
-    if _collecting:
-        gc.enable()
-    del _collecting
+from engine._version import __version__ as __version__
+
+# name -> the module that defines it
+_PUBLIC = {
+    "open_cube": "engine.cube.store",
+    "ConfigError": "engine.errors",
+    "StoreError": "engine.errors",
+    "RunReport": "engine.runner.execute",
+    "run": "engine.runner.execute",
+    "HybridPoint": "engine.solve.hybrid",
+    "HybridSolution": "engine.solve.hybrid",
+    "HybridSystem": "engine.solve.hybrid",
+    "Mode": "engine.solve.hybrid",
+    "Start": "engine.solve.hybrid",
+    "Transition": "engine.solve.hybrid",
+    "Constraint": "engine.study.interface",
+    "Interval": "engine.study.interface",
+    "Output": "engine.study.interface",
+    "Parameter": "engine.study.interface",
+    "PointResult": "engine.study.interface",
+    "Study": "engine.study.interface",
+    "available_studies": "engine.study.interface",
+    "demo_configs": "engine.study.interface",
+    "load_study": "engine.study.interface",
+    "Status": "engine.study.status",
+    "Sweep": "engine.sweep.config",
+    "load_sweep": "engine.sweep.config",
+    "parse_sweep": "engine.sweep.config",
+    "SolverSettings": "engine.sweep.settings",
+}
+__all__ = ["__version__", *_PUBLIC]
+
+
+def __getattr__(name: str):
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    # The imports (JAX, diffrax, zarr: some 200,000 objects that live as long as
+    # the process) run with the cyclic collector paused: each collection it
+    # started on the way traversed everything imported so far. Measured on 2
+    # cores: `rollsweep run` of 100,000 points, whole processes, 0.1 s less.
+    # The collector's state is restored however the imports end.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        value = getattr(importlib.import_module(module), name)
+    finally:
+        if collecting:
+            gc.enable()
+    globals()[name] = value  # asked once
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_PUBLIC))
+
+
+def _register_accessor() -> None:
+    from engine.cube.accessor import when_imported
+
+    when_imported()
+
+
+_register_accessor()

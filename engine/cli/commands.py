@@ -2,6 +2,7 @@
 
 import argparse
 import gc
+import importlib
 import os
 import pathlib
 import signal
@@ -9,7 +10,6 @@ import sys
 import threading
 
 from engine.errors import ConfigError, StoreError
-from engine.sweep.config import check_workers, load_sweep
 
 EXIT_BAD_INPUT = 2
 EXIT_PARTIAL = 3  # verify: what is done is sound, but not every shard is
@@ -82,6 +82,7 @@ def _say_fused_fallback(sweep) -> None:
 
 def _validate(args):
     from engine.runner.cost import check_memory
+    from engine.sweep.config import check_workers, load_sweep
 
     check_workers(args.workers)
     sweep = load_sweep(args.config, out=args.out)
@@ -95,6 +96,7 @@ def _validate(args):
 
 def _run(args):
     from engine.runner.execute import run
+    from engine.sweep.config import check_workers, load_sweep
 
     check_workers(args.workers)
     sweep = load_sweep(args.config, out=args.out)
@@ -135,6 +137,7 @@ def _slurm_keywords(args) -> dict:
 
 def _submit(args):
     from engine.runner.submit import submit
+    from engine.sweep.config import load_sweep
 
     sweep = load_sweep(args.config, out=args.out)
     result = submit(sweep, _slurm_keywords(args), dry_run=args.dry_run)
@@ -168,6 +171,7 @@ def _verify(args):
 def _point(args):
     from engine._jax_setup import configure
     from engine.runner.point import describe, select_point, solve_eagerly
+    from engine.sweep.config import load_sweep
 
     sweep = load_sweep(args.config, writes=False)
     params = select_point(sweep, args.at or [], args.index)
@@ -213,13 +217,13 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("studies", help="list studies, their parameters and outputs")
     p.add_argument("name", nargs="?", help="show only this study")
-    p.set_defaults(fn=_studies)
+    p.set_defaults(fn=_studies, module="engine.study.interface")
 
     p = sub.add_parser("validate", help="check a sweep file and estimate its cost; writes nothing")
     p.add_argument("config")
     p.add_argument("--out", help="override [run] out")
     p.add_argument("--workers", type=int)
-    p.set_defaults(fn=_validate)
+    p.set_defaults(fn=_validate, module="engine.runner.cost")
 
     p = sub.add_parser("run", help="run (or resume) a sweep")
     p.add_argument("config")
@@ -239,46 +243,46 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace a cube written by another config")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _slurm_options(p, tasks_help="worker jobs (executor slurm)")
-    p.set_defaults(fn=_run)
+    p.set_defaults(fn=_run, module="engine.runner.execute")
 
     p = sub.add_parser("submit", help="submit a sweep to SLURM as a job array")
     p.add_argument("config")
     p.add_argument("--out", help="override [run] out")
     p.add_argument("--dry-run", action="store_true", help="print the job script; submit and write nothing")
     _slurm_options(p, tasks_help="array tasks")
-    p.set_defaults(fn=_submit)
+    p.set_defaults(fn=_submit, module="engine.runner.submit")
 
     p = sub.add_parser("work", help="(run by a SLURM array task) compute one task's share of the shards")
     p.add_argument("store")
     p.add_argument("--task", type=int, required=True)
     p.add_argument("--share", required=True)
-    p.set_defaults(fn=_work)
+    p.set_defaults(fn=_work, module="engine.runner.submit")
 
     p = sub.add_parser("point", help="solve one point of a sweep eagerly (no compiling) to debug a study")
     p.add_argument("config")
     p.add_argument("--at", nargs="+", metavar="NAME=VALUE", help="the point's axis (or other parameter) values")
     p.add_argument("--index", type=int, metavar="N", help="the grid's N-th point (C order of the axes)")
-    p.set_defaults(fn=_point)
+    p.set_defaults(fn=_point, module="engine.runner.point")
 
     p = sub.add_parser("status", help="progress of a cube (being) written")
     p.add_argument("path")
-    p.set_defaults(fn=_status)
+    p.set_defaults(fn=_status, module="engine.cube.status_report")
 
     p = sub.add_parser("verify", help="check a cube against its markers and attributes (exit 0 sound, 1 damaged, "
                        "3 partial)")
     p.add_argument("path")
-    p.set_defaults(fn=_verify)
+    p.set_defaults(fn=_verify, module="engine.cube.verify")
 
     p = sub.add_parser("plot", help="draw a cube's standard figures as PNG")
     p.add_argument("path")
     p.add_argument("--out", help="folder for the PNGs (default: beside the cube)")
-    p.set_defaults(fn=_plot)
+    p.set_defaults(fn=_plot, module="engine.cube.plot")
 
     p = sub.add_parser("demo", help="run small versions of every study's main figures")
     p.add_argument("--out", default="demo", help="folder for cubes and figures (default: demo)")
     p.add_argument("--workers", type=int)
     p.add_argument("--executor", choices=["local", "inline"])
-    p.set_defaults(fn=_demo)
+    p.set_defaults(fn=_demo, module="engine.cli.demo")
     return top
 
 
@@ -305,35 +309,53 @@ def _terminate(signum, frame):
 
 def entry(argv=None) -> int:
     """The `rollsweep` program (its console script, `python -m engine.cli`):
-    `main` in a process of its own.
+    `main` in a process of its own, which freezes what the command imported.
 
-    What is imported by now (the engine, JAX, zarr, xarray) lives until the
-    process ends: frozen, the cyclic collector no longer traverses it, in the
-    run's collections nor in the one at exit. Measured on 2 cores: `rollsweep
-    run` of 100,000 points, whole processes, 3.1 s -> 2.7 s (with the paused
-    collector of `import engine`: 2.6 s). Not in `main`, which a notebook or a
-    test may call: there, freezing would keep the caller's garbage for good."""
-    gc.freeze()
-    return main(argv)
+    What the command imports (`_import_command`: the engine's modules it runs,
+    JAX, zarr) lives until the process ends: frozen, the cyclic collector no
+    longer traverses it, in the run's collections nor in the one at exit.
+    Measured on 2 cores: `rollsweep run` of 100,000 points, whole processes,
+    3.1 s -> 2.7 s (with the imports' collector paused: 2.6 s). Not in `main`,
+    which a notebook or a test may call: there, freezing would keep the
+    caller's garbage for good."""
+    return main(argv, freeze=True)
 
 
-def main(argv=None) -> int:
+def main(argv=None, freeze: bool = False) -> int:
     if threading.current_thread() is not threading.main_thread():  # signals go to the main thread only
-        return _main(argv)
+        return _main(argv, freeze)
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        return _main(argv)
+        return _main(argv, freeze)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _main(argv) -> int:
+def _import_command(args, freeze: bool) -> None:
+    """The command's module (and so what it imports: JAX, zarr, ... for a run;
+    nothing of them for --help) with the cyclic collector paused: each
+    collection started on the way traversed everything imported so far (0.1 s
+    of a 100,000-point run). `freeze`: then keep all of it out of later
+    collections. The collector's state is restored however the imports end."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        importlib.import_module(args.module)
+    finally:
+        if collecting:
+            gc.enable()
+    if freeze:
+        gc.freeze()
+
+
+def _main(argv, freeze: bool = False) -> int:
     args = parser().parse_args(argv)
     if args.command in ("plot", "demo"):
         import matplotlib
 
         matplotlib.use("Agg")  # files only: never a window (and never in a user's notebook kernel)
     try:
+        _import_command(args, freeze)
         code = args.fn(args)
     except (ConfigError, StoreError) as err:
         print(f"rollsweep: error: {err}", file=sys.stderr)

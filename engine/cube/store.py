@@ -21,13 +21,13 @@ import warnings
 import zlib
 
 import numpy as np
-import xarray as xr
 import zarr
 import zarr.api.asynchronous
 
 from engine.cube.aio import sync
 from engine.cube.markers import GRID, Markers
-from engine.cube.structure import STORE_FORMAT, encoding, structure
+from engine.cube import structure
+from engine.cube.structure import STORE_FORMAT
 from engine.errors import StoreError
 from engine.sweep.config import Sweep
 from engine.sweep.layout import Layout, layouts
@@ -42,8 +42,14 @@ def quiet_zarr():
         yield
 
 
-def open_cube(path) -> xr.Dataset:
-    """Open a cube lazily (dask-backed) for analysis."""
+def open_cube(path):
+    """Open a cube lazily (dask-backed) for analysis: an xarray Dataset, with
+    its `ds.rollsweep` accessor."""
+    import xarray as xr
+
+    from engine.cube.accessor import register
+
+    register()
     with quiet_zarr():
         return xr.open_zarr(path, consolidated=True)
 
@@ -122,7 +128,7 @@ class Cube:
         with quiet_zarr():
             return zarr.open_group(self.path, mode="r")
 
-    def dataset(self) -> xr.Dataset:
+    def dataset(self):
         return open_cube(self.path)
 
     # ---- writing
@@ -133,12 +139,11 @@ class Cube:
         replaced once the new one is complete). `devices`: where the run solves,
         for the provenance."""
         path = pathlib.Path(path)
-        ds, chunks = structure(sweep, devices)
+        arrays, attrs = structure.structure(sweep, devices)
         tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
         try:
             with quiet_zarr():
-                ds.to_zarr(tmp, mode="w-", compute=False, zarr_format=3, consolidated=True,
-                           encoding=encoding(ds, chunks))
+                structure.write(tmp, arrays, attrs)
             Markers(tmp).make_folders()
             trash = tmp.with_name(tmp.name + "-old")
             if path.exists():

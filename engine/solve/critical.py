@@ -9,7 +9,6 @@ the output would mean different things for different outputs.
 """
 
 import numpy as np
-from scipy.optimize import elementwise
 
 from engine.study.status import Status
 
@@ -26,6 +25,8 @@ def find_critical(evaluate, bracket, target, xtol, n):
     shrink to xtol within MAX_ITERATIONS, the failing status where a solve failed.
     A root is SUCCESS only where its bracket reached xtol.
     """
+    from scipy.optimize import elementwise  # 0.3 s to import: only for a sweep with [critical]
+
     failures = np.full(n, Status.SUCCESS, np.int8)
 
     def f(x, index):
