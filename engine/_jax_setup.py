@@ -40,11 +40,16 @@ def configure() -> None:
 def _use_compile_cache(jax) -> None:
     # Every run compiles the same shard function (3-13 s on 2 cores): the persistent
     # cache lets every later run, and every worker but the first, load it instead.
+    # Every program is kept, however quick to compile or small: a program under
+    # JAX's thresholds (by default 1 s to compile) was compiled again in every
+    # process, and a warm process is to compile nothing (tests/test_warm_compiles.py).
+    # Size -1: no minimum, and none that JAX would choose for the file system.
     folder = cache_dir()
     if folder is None:
         return
     jax.config.update("jax_compilation_cache_dir", str(folder))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 
 
 @contextlib.contextmanager

@@ -62,10 +62,12 @@ def _describe_solvers(study) -> None:
         print(f"  on a GPU machine, sweeps under {GPU_MIN_POINTS:,} points run on its CPU cores")
 
 
-def _say_fused_fallback(sweep) -> None:
+def _say_fused_fallback(sweep, plan) -> None:
     """On a GPU, one line on stderr where the fused kernel's check failed
     unexpectedly (an exception, not a property of the study) and the plan fell
-    back to another solver. Nothing on CPU, where the fused kernel is not the default."""
+    back to another solver. Nothing on CPU, where the fused kernel is not the
+    default. From the run's `plan` and its check (made once per process), not
+    checked or planned again for the message."""
     from engine.solve import SOLVERS, detect
     from engine.solve.kernel.body import PLEASE_REPORT
 
@@ -73,21 +75,19 @@ def _say_fused_fallback(sweep) -> None:
         return
     reason = SOLVERS["fused"].unsupported(sweep.study)
     if reason and reason.endswith(PLEASE_REPORT):
-        from engine.runner.cost import plan_for
-
-        plan = plan_for(sweep)
         print(f"rollsweep: warning: study {sweep.study.name} is not fused on this GPU ({reason}); it solves with the "
               f"{plan.solver.name} solver on {plan.device.platform}", file=sys.stderr)
 
 
 def _validate(args):
-    from engine.runner.cost import check_memory
+    from engine.runner.cost import check_memory, plan_for
     from engine.sweep.config import check_workers, load_sweep
 
     check_workers(args.workers)
     sweep = load_sweep(args.config, out=args.out)
-    _say_fused_fallback(sweep)
-    cost = check_memory(sweep, args.workers or 1)
+    plan = plan_for(sweep)
+    _say_fused_fallback(sweep, plan)
+    cost = check_memory(sweep, args.workers or 1, plan)
     axes = ", ".join(f"{a.name}[{len(a.values)}]" for a in sweep.axes)
     print(f"{args.config}: valid {sweep.study.name} sweep, axes {axes}")
     print(cost.describe())
@@ -95,13 +95,17 @@ def _validate(args):
 
 
 def _run(args):
+    from engine._jax_setup import configure
+    from engine.runner.cost import plan_for
     from engine.runner.execute import run
     from engine.sweep.config import check_workers, load_sweep
 
     check_workers(args.workers)
     sweep = load_sweep(args.config, out=args.out)
     args.store = sweep.out  # where a disk error happened, if it does not say
-    _say_fused_fallback(sweep)
+    configure()  # before the plan: its check's programs come from the compile cache too
+    plan = plan_for(sweep)  # the run's one plan, and the message's
+    _say_fused_fallback(sweep, plan)
     report = run(
         sweep,
         executor=args.executor,
@@ -112,6 +116,7 @@ def _run(args):
         slurm=_slurm_keywords(args),
         connect_timeout=args.connect_timeout,
         lost_after=args.lost_after,
+        plan=plan,
     )
     print(_summary(report))
     if report.failed_shards:

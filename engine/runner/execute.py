@@ -309,11 +309,14 @@ def run(
     slurm: dict | None = None,
     connect_timeout: float | None = None,
     lost_after: float | None = None,
+    plan: Plan | None = None,
 ) -> RunReport:
     """Run (or resume) a sweep. `slurm`: command-line SLURM settings (executor "slurm").
     `scheduler`: an existing cluster's address, reached before anything is written
     (`connect_timeout` s at most, default CONNECT_TIMEOUT); the run stops, keeping
-    what is done, once that cluster has had no worker for `lost_after` s (LOST_AFTER)."""
+    what is done, once that cluster has had no worker for `lost_after` s (LOST_AFTER).
+    `plan`: the sweep's (engine.runner.cost.plan_for), where the caller made it
+    already (the command line, which warns from it); made here otherwise."""
     if scheduler and executor in ("inline", "slurm"):
         raise ConfigError("<command line>", "--scheduler", f"runs shards on an existing dask cluster; it cannot be "
                           f"combined with --executor {executor}")
@@ -325,10 +328,10 @@ def run(
         from engine.runner.slurm import resolve
 
         resources = resolve(sweep.slurm, slurm or {}, sweep.file)
-    plan = plan_for(sweep)  # the run's one plan: this process's device, solver and batch
+    configure()  # before the plan: the programs its check compiles come from the compile cache too
+    plan = plan or plan_for(sweep)  # the run's one plan: this process's device, solver and batch
     workers = workers or sweep.workers or default_workers(executor, sweep, plan)
     check_memory(sweep, in_flight(executor, workers, plan), plan)
-    configure()
     cube, state = prepare(sweep, sweep.out, overwrite=overwrite, devices=devices_name(plan.device.platform))
     with locked(cube.path):
         return _run_locked(cube, plan, state, executor, workers, scheduler, resources, progress)

@@ -32,10 +32,17 @@ class Device:
         return self.platform != "cpu"
 
 
-@functools.cache
 def detect(platform: str | None = None) -> Device:
     """The devices of `platform` (None: JAX's default backend), asked once per process.
-    A platform this process cannot use gives the default backend's."""
+    A platform this process cannot use gives the default backend's; the default
+    backend's platform by name gives the same Device as None (on a CPU machine,
+    the plan's `detect("cpu")` is its `detect()`)."""
+    default = _detect(None)
+    return default if platform is None or platform == default.platform else _detect(platform)
+
+
+@functools.cache
+def _detect(platform: str | None) -> Device:
     devices = local_devices(platform)
     first = devices[0]
     memory = None

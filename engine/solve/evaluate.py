@@ -11,7 +11,6 @@ import functools
 import threading
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import engine.solve.exported as exported
@@ -83,8 +82,10 @@ def _filled(batch: int, value: bytes, dtype: str, device, x64: bool) -> jax.Arra
     thread's, are in the key: a pinned thread's array lives on its device.)
     Made on the host and copied in once, not by `jnp.full` on the device: that
     compiled a program in every process (~40 ms each on CPU, of a warm run's
-    0.6 s to its first results)."""
-    return jnp.asarray(np.full((batch,), np.frombuffer(value, dtype)[0]))
+    0.6 s to its first results); and copied by `device_put`, not `jnp.asarray`,
+    which in JAX 0.10 stages the copy as a program of its own (compiled again
+    in every process: tests/test_warm_compiles.py)."""
+    return jax.device_put(np.full((batch,), np.frombuffer(value, dtype)[0]))
 
 
 def evaluate(

@@ -1,0 +1,72 @@
+"""A warm process compiles nothing: the second `rollsweep run` of a sweep, in
+a fresh process with the first one's compile cache, gets every program it
+calls (the solver's batch function, and whatever else a run dispatches: fixed
+parameters' batches, casts, checks) from JAX's persistent cache or the
+exported programs. A program JAX would not keep (under its default
+thresholds: 1 s to compile) was compiled again in every process: 10-40 ms
+each on 2 cores, where a warm run takes about a second in all.
+
+Counted with JAX's monitoring events, as in JAX 0.10 and 0.12: every
+compile, of a program read from the persistent cache too, records one
+backend-compile duration; a program read from it also records a cache hit.
+The difference is what XLA compiled."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+from conftest import cubes_identical
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))))
+# The rolling ball's demo sweep of Fig. 14: 301 points and the critical spin
+# ratio (its root search calls the solver again, point by point).
+SWEEP = REPO / "studies" / "pingpong" / "demo" / "pingpong_spin_ratio.toml"
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    import jax.monitoring
+
+    counts = {"compiles": 0, "cache_hits": 0}
+
+    def on_duration(event, seconds, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            counts["compiles"] += 1
+
+    def on_event(event, **kwargs):
+        if event == "/jax/compilation_cache/cache_hits":
+            counts["cache_hits"] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(on_duration)
+    jax.monitoring.register_event_listener(on_event)
+    from engine.cli.commands import entry
+
+    code = entry(sys.argv[1:])
+    print(json.dumps(counts))
+    sys.exit(code)
+    """)
+
+
+def run_in_a_fresh_process(cache: pathlib.Path, out: pathlib.Path) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, "run", str(SWEEP), "--out", str(out), "--quiet", "--executor", "inline"],
+        env=ENV | {"ROLLSWEEP_CACHE": str(cache)}, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_second_process_compiles_nothing(tmp_path):
+    import xarray as xr
+
+    cache = tmp_path / "cache"
+    cold = run_in_a_fresh_process(cache, tmp_path / "cold.zarr")
+    warm = run_in_a_fresh_process(cache, tmp_path / "warm.zarr")
+    assert cold["compiles"] - cold["cache_hits"] > 0, cold  # what the count counts
+    assert warm["cache_hits"] > 0, warm
+    assert warm["compiles"] - warm["cache_hits"] == 0, f"a warm process compiled: {warm}"
+    # and from the same programs, the same cube
+    assert cubes_identical(*(xr.open_zarr(tmp_path / f"{name}.zarr").load() for name in ("cold", "warm")))
