@@ -24,9 +24,9 @@ import numpy as np
 import zarr
 import zarr.api.asynchronous
 
+from engine.cube import structure
 from engine.cube.aio import sync
 from engine.cube.markers import GRID, Markers
-from engine.cube import structure
 from engine.cube.structure import STORE_FORMAT
 from engine.errors import StoreError
 from engine.sweep.config import Sweep
