@@ -31,7 +31,7 @@ import jax.numpy as jnp
 
 import engine.solve.kernel.pallas as backend
 from engine.solve import stepper
-from engine.solve.hybrid import _INACTIVE, HybridSolution, HybridSystem
+from engine.solve.hybrid import _INACTIVE, HybridSolution, HybridSystem, solution_shapes
 from engine.solve.kernel.jaxpr import LaneFunction, from_list, lane_vector
 from engine.solve.lanes.state import _LOCATE_TRIES, _NONFINITE_SHRINK
 from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
@@ -108,14 +108,7 @@ class LaneSolve:
 
     def solution_shapes(self) -> HybridSolution:
         """The shapes and dtypes of a point's solution (what a finish reads)."""
-        dtype, n, rows = self.dtype, self.n_state, self.rows
-        return HybridSolution(
-            t=jax.ShapeDtypeStruct((), dtype), y=jax.ShapeDtypeStruct((n,), dtype),
-            mode=jax.ShapeDtypeStruct((), jnp.int32), status=jax.ShapeDtypeStruct((), jnp.int8),
-            num_steps=jax.ShapeDtypeStruct((), jnp.int32), num_events=jax.ShapeDtypeStruct((), jnp.int32),
-            event_t=jax.ShapeDtypeStruct((rows,), dtype), event_y=jax.ShapeDtypeStruct((rows, n), dtype),
-            event_code=jax.ShapeDtypeStruct((rows,), jnp.int32),
-        )
+        return solution_shapes(jax.ShapeDtypeStruct((self.n_state,), self.dtype), self.rows)
 
     # ---- the study's functions on lane vectors
 

@@ -82,7 +82,9 @@ class _Batch:
         self.plan = _planned(self.machine, point, params, self.count,
                              _plan_block(n, self.lanes) if not accelerator else n)
         self.dtype = self.plan.y.dtype
-        self.n_seg, self.n_state = point.system.event_rows(settings.max_segments), self.plan.y.shape[0]
+        self.n_state = self.plan.y.shape[0]
+        one_point = {k: jax.ShapeDtypeStruct(v.shape[1:], v.dtype) for k, v in params.items()}
+        self.n_seg = point.log_rows(one_point, jax.ShapeDtypeStruct((self.n_state,), self.dtype), settings)
 
     def started(self, start: _Plan, point) -> _Lane:
         """Lanes at the start of the points `point`, from their rows of the plan."""
