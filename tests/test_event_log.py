@@ -53,7 +53,7 @@ def test_a_bouncing_ball_that_reads_no_log_keeps_one_row_and_the_same_results():
         assert point.log_rows(params, Y0, SolverSettings(max_segments=segments)) == 1
     heights, restitutions = np.linspace(0.1, 10, 16), np.linspace(0.05, 0.9, 16)
     columns = {"height": heights, "restitution": restitutions, "min_speed": np.full(16, ball.MIN_SPEED)}
-    for solver in ("lanes", "vmapped"):
+    for solver in ("lanes", "vmapped", "fused"):
         results = [evaluate(ball.STUDY, SolverSettings(rtol=1e-10, atol=1e-12, max_segments=m), columns,
                             plan=make_plan(ball.STUDY, solver=solver, points=16)) for m in (128, 1024)]
         for name in ("rest_time", "impacts"):

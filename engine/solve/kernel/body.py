@@ -87,7 +87,8 @@ class KernelBody:
         begins = jax.eval_shape(start, params)
         if begins.y0.ndim != 1:
             raise Unfusable(f"its state has shape {begins.y0.shape}, not a vector")
-        self.solve = LaneSolve(point.system, settings, begins.y0.shape[0], begins.args)
+        rows = point.log_rows(params, begins.y0, settings)  # one where the finish reads no event log
+        self.solve = LaneSolve(point.system, settings, begins.y0.shape[0], begins.args, rows)
         solution = self.solve.solution_shapes()
         outputs = jax.eval_shape(finish, params, solution).outputs
         missing = [k for k in self.selected if k not in outputs]

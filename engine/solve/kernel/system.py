@@ -74,7 +74,7 @@ class LaneSolve:
     components and the system's arguments shaped as `args` (a pytree of
     jax.ShapeDtypeStruct). Calling it solves a block (see __call__)."""
 
-    def __init__(self, system: HybridSystem, settings: SolverSettings, n_state: int, args):
+    def __init__(self, system: HybridSystem, settings: SolverSettings, n_state: int, args, rows: int | None = None):
         self.settings = settings
         self.dtype = dtype = jnp.dtype(settings.dtype)
         self.n_state = n_state
@@ -101,7 +101,7 @@ class LaneSolve:
         self.resets = [LaneFunction(f, scalar, state, args, name=f"reset of {k}")
                        for f, k in zip(system.resets(), names_of, strict=True)]
         self.ends_at_horizon = [m.ends_at_horizon for m in system.modes]
-        self.rows = system.event_rows(settings.max_segments)
+        self.rows = system.event_rows(settings.max_segments) if rows is None else rows  # of the event log
 
         self.tableau = settings.make_solver().tableau
         self.controller = Controller.of(settings)
