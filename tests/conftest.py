@@ -1,3 +1,4 @@
+import os
 import pathlib
 import textwrap
 
@@ -6,7 +7,41 @@ import pytest
 
 from engine._jax_setup import configure
 
+# On a GPU machine every JAX process of a test run shares the one GPU: pytest-xdist's
+# workers, and the runs and local-cluster workers a test starts (they inherit this
+# environment). JAX's default, reserving 75% of the GPU's memory as it starts,
+# would leave the others next to none: each process takes memory as it needs it
+# instead, and an xdist worker at most its share (which engine.solve.device.detect
+# then reports as the device's memory: the batches are sized to it). Read when JAX
+# starts a backend (no import above does); nothing changes on CPU.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+if _WORKERS and not {"XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"} & set(os.environ):
+    os.environ["XLA_CLIENT_MEM_FRACTION"] = f"{min(0.75, 0.9 / _WORKERS):.3f}"
+
 configure()  # float64 and the compile cache, as in every solving process
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked cpu_only (pyproject.toml: a test that assumes JAX's default
+    device is a CPU) are skipped, with their mark's reason, where it is not: on
+    a GPU machine. A cpu_only mark without a reason is an error anywhere."""
+    marked = [(item, item.get_closest_marker("cpu_only")) for item in items]
+    marked = [(item, mark) for item, mark in marked if mark is not None]
+    for item, mark in marked:
+        if not mark.kwargs.get("reason"):
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.cpu_only needs reason=: why it assumes a CPU")
+    if not marked:
+        return
+    import jax
+
+    backend = jax.default_backend()  # starts JAX's backends: only where a marked test was collected
+    if backend == "cpu":
+        return
+    for item, mark in marked:
+        item.add_marker(pytest.mark.skip(reason=f"cpu_only, and JAX's default backend is {backend}: "
+                                                f"{mark.kwargs['reason']}"))
+
 
 PINGPONG_DEFAULTS = dict(
     mass=0.003, radius=0.02, gravity=9.8, friction=0.3,
@@ -38,6 +73,16 @@ def cubes_identical(a, b) -> bool:
         and np.array_equal(a[name].values, b[name].values, equal_nan=a[name].dtype.kind == "f")
         for name in names
     )
+
+
+@pytest.fixture
+def children_on_cpu(monkeypatch):
+    """The processes the test starts solve on the CPU (JAX_PLATFORMS=cpu in their
+    environment): for a test that reads a child's whole stderr, which on a GPU
+    machine a process starting JAX's CUDA backend may log to (XLA, CUDA) before
+    anything the test looks for. This process's JAX is already started: unchanged.
+    Not where a child's results are compared with this process's (other devices)."""
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
 
 
 @pytest.fixture
