@@ -48,6 +48,9 @@ def test_no_points_is_a_clear_error():
         evaluate(REGIME, SolverSettings(), empty, batch_size=16)
 
 
+@pytest.mark.cpu_only(reason="compares evaluate's CPU way of copying results out (the default device's plan) with "
+                              "the accelerator's way taken on the CPU by a stubbed GPU plan; on a GPU both plans "
+                              "are accelerator plans and the CPU way is not run")
 @pytest.mark.parametrize("n", [1000, 3 * 256 + 5])  # one call, and several (the last padded)
 def test_an_accelerators_way_of_copying_results_out_gives_the_same_results(n):
     """On an accelerator each call's results start their copies to the host when

@@ -167,6 +167,9 @@ def test_simultaneous_runs_in_threads_one_owns_the_store(small_sweep, tmp_path):
     _winner_is_whole(sweeps, winner, tmp_path)
 
 
+@pytest.mark.cpu_only(reason="the refused run's whole stderr must be one line, and a process that starts JAX's CUDA "
+                              "backend may log to it first (XLA, CUDA); its cube is compared with one solved in this "
+                              "process, so its processes cannot be sent to the CPU (children_on_cpu)")
 def test_simultaneous_runs_in_processes_one_owns_the_store(small_sweep, tmp_path):
     """Two processes started together with different configs on one out path:
     exactly one writes it, the other is refused with one line, and the cube is
