@@ -1,6 +1,7 @@
 """The command line, end to end on a small sweep."""
 
 import jax
+import pytest
 
 from engine.cli.commands import main
 
@@ -49,6 +50,7 @@ def test_status_of_a_non_cube_is_a_clear_error(tmp_path, capsys):
     assert "not a rollsweep cube" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("children_on_cpu")  # its whole stderr is read: no CUDA start-up lines on a GPU machine
 def test_sigterm_stops_a_run_with_one_line_and_it_resumes(small_sweep, tmp_path):
     """A job scheduler's stop (SIGTERM) is handled as Ctrl-C: one line, exit 143,
     what is done kept; the same command then completes the cube."""
