@@ -22,7 +22,7 @@ import sys
 TITLES = {
     "install": "wheels installed (gpu_install.sh)",
     "setup": "environment",
-    "tests": "fused and lane tests compiled for this device",
+    "tests": "the test suite on this device (pytest)",
     "rolling": "rolling ball, compiled calls (bench_gpu.py)",
     "run1m": "rolling ball, `rollsweep run` end to end",
     "startup": "rolling ball, 1M points: where a `rollsweep run` process spends its time (startup.py)",
@@ -33,14 +33,55 @@ TITLES = {
 }
 RUN_SUMMARY = re.compile(r"([\d,]+) points solved in ([\d.]+) s \(([\d,]+) points/s\), ([\d,]+) of them failed")
 PYTEST_SUMMARY = re.compile(r"^=*\s*((?:\d+ \w+(?:, )?)+)(?: in ([\d.]+)s)?", re.MULTILINE)
+# Where each test's outcome ends up: the counts of pytest's summary line, else (a run
+# cut off before it) the progress characters of `pytest -q` (xdist's too).
+OUTCOMES = {"passed": ".", "failed": "F", "skipped": "s", "error": "E"}
+FAILURES_NAMED = 5  # the failed tests a row names (the log has them all)
 
 
 def number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-def parsed_rows(part: str, output: str, seconds: float) -> list[dict]:
-    """The rows a part's own output gives (benchmarks that record rows themselves give none here)."""
+def _outcomes(counts: dict) -> str:
+    return ", ".join(f"{n} {outcome}{'s' * (outcome == 'error' and n != 1)}" for outcome, n in counts.items())
+
+
+def pytest_row(output: str, seconds: float, limit: float | None = None, rc: int | None = None) -> dict:
+    """The tests part's row: what ran (the command, the output's first line), how
+    many tests passed, failed, were skipped or errors, the failed ones named, and
+    whether it finished within its timeout (`limit`; rc 124 or 137: cut off)."""
+    command = output.split("\n", 1)[0]
+    files = re.findall(r"tests/(\S+)\.py", command)
+    keyword, processes = re.search(r"\s-k\s+(\S+)", command), re.search(r"\s-n\s+(\S+)", command)
+    method = "pytest, " + (", ".join(files) if files else "the default suite (not slow, not slurm)")
+    method += f", -k {keyword.group(1)}" if keyword else ""
+    method += f", {processes.group(1)} process{'es' * (processes.group(1) != '1')}" if processes else ""
+    summaries = [m for m in PYTEST_SUMMARY.finditer(output) if re.search(r"passed|failed|error", m.group(1))]
+    if summaries:
+        text, took = summaries[-1].groups()
+        found = {"error" if word.startswith("error") else word: int(n) for n, word in re.findall(r"(\d+) (\w+)", text)}
+        counts = {outcome: found.get(outcome, 0) for outcome in OUTCOMES}
+        note = _outcomes(counts) + (f" in {float(took):.0f} s" if took else "")
+    else:  # cut off before its summary: count its progress characters
+        progress = "".join(re.findall(r"^([.FEsxX]+)\s*(?:\[\s*\d+%\])?$", output, re.MULTILINE))
+        counts = {outcome: progress.count(char) for outcome, char in OUTCOMES.items()}
+        note = "before its summary: " + _outcomes(counts)
+    if rc in (124, 137):
+        note = f"cut off by its {limit:.0f} s timeout, {note}" if limit else f"cut off by its timeout, {note}"
+    elif limit:
+        note += f"; finished within its {limit:.0f} s timeout (the part: {seconds:.0f} s)"
+    failed = list(dict.fromkeys(re.findall(r"^(?:FAILED|ERROR) tests/(.+?)(?: - .*)?$", output, re.MULTILINE)))
+    if failed:
+        more = len(failed) - FAILURES_NAMED
+        note += "; failed: " + ", ".join(failed[:FAILURES_NAMED]) + (f" and {more} more" if more > 0 else "")
+    return {"method": method, "note": note, "counts": counts}
+
+
+def parsed_rows(part: str, output: str, seconds: float, limit: float | None = None,
+                rc: int | None = None) -> list[dict]:
+    """The rows a part's own output gives (benchmarks that record rows themselves give none here).
+    limit, rc: the part's timeout and exit status (the tests part's row says whether it finished in time)."""
     rows = []
     if part.startswith(("run1m", "bicycle")):
         for points, solving, rate, failed in RUN_SUMMARY.findall(output):
@@ -48,16 +89,7 @@ def parsed_rows(part: str, output: str, seconds: float) -> list[dict]:
                          "rate": number(rate), "note": f"solving {float(solving):.1f} s; whole process "
                          f"{seconds:.1f} s = {number(points) / seconds:,.0f} points/s wall; {failed} points failed"})
     elif part == "tests":
-        summaries = [m for m in PYTEST_SUMMARY.finditer(output) if re.search(r"passed|failed|error", m.group(1))]
-        files = re.findall(r"tests/(\S+)\.py", output.split("\n", 1)[0])  # the first line: the command
-        if summaries:
-            counts, took = summaries[-1].groups()
-            note = counts + (f" in {float(took):.0f} s" if took else "")
-        else:  # cut off before its summary: count its progress characters (. passed, F failed, E error, s skipped)
-            progress = "".join(re.findall(r"^([.FEsxX]+)\s*(?:\[\s*\d+%\])?$", output, re.MULTILINE))
-            note = (f"before it was cut off: {progress.count('.')} passed, {progress.count('F')} failed, "
-                    f"{progress.count('E')} errors, {progress.count('s')} skipped")
-        rows.append({"method": "pytest -x " + ", ".join(files), "note": note})
+        rows.append(pytest_row(output, seconds, limit, rc))
     elif part == "stream":
         run = re.search(r"run:\s+([\d.,]+) s, ([\d,]+) points/s end to end", output)
         points = re.search(r"^\w+: ([\d,]+) points, shards", output, re.MULTILINE)
@@ -120,7 +152,7 @@ def record(rows_file, part, rc, seconds, limit, output_file, log):
     output = pathlib.Path(output_file).read_text(errors="replace") if pathlib.Path(output_file).exists() else ""
     rc, seconds, limit = int(rc), float(seconds), float(limit)
     line = {"kind": "part", "part": part, "rc": rc, "seconds": seconds, "limit": limit, "log": log,
-            "rows": parsed_rows(part, output, seconds)}
+            "rows": parsed_rows(part, output, seconds, limit, rc)}
     if part == "kernel" and not any(r.get("part") == "kernel" for r in read(rows_file)):
         line["rows"] += kernel_rows(output)  # bench_kernel.py prints its own table, records no rows
     if rc:

@@ -51,3 +51,54 @@ def test_run_summaries_become_rows_with_their_rate():
     rows = gpu_table.parsed_rows("run1m-default", output, 7.0)
     assert rows[0]["points"] == 1_000_000 and rows[0]["rate"] == 555_556
     assert rows[0]["note"].startswith("solving 1.8 s; whole process 7.0 s")
+
+
+# The tests part: the whole suite across the machine's cores (pytest-xdist), as gpu_lease.sh runs it.
+PYTEST_COMMAND = ("env -u ROLLSWEEP_BENCH_ROWS python3 -m pytest -p no:cacheprovider -p no:benchmark -q "
+                  "-m not slow and not slurm --durations=20 -n 14")
+PYTEST_OUTPUT = (
+    f"{PYTEST_COMMAND}\nbringing up nodes...\n" + "." * 72 + " [ 14%]\n" + "..s.F" + "." * 67 + " [ 28%]\n"
+    "=============================== slowest 20 durations ===============================\n"
+    "41.20s call     tests/test_notebooks.py::test_notebook_executes[bicycle]\n"
+    "=========================== short test summary info ============================\n"
+    "SKIPPED [1] tests/test_once.py:27: cpu_only, and JAX's default backend is gpu: counts the sines\n"
+    "FAILED tests/test_config_errors.py::test_bad_config_is_reported_and_nothing_written[unknown study-run]"
+    " - AssertionError: assert 1 == 2\n"
+    "FAILED tests/test_cli.py::test_run_status_plot - assert 1 == 0\n"
+    "ERROR tests/test_store.py::test_cube_is_self_describing - OSError: disk full\n"
+    "2 failed, 497 passed, 9 skipped, 27 deselected, 3 warnings, 1 error in 187.61s (0:03:07)\n"
+)
+
+
+def test_the_suites_row_counts_its_tests_names_its_failures_and_says_it_finished_in_time():
+    (row,) = gpu_table.parsed_rows("tests", PYTEST_OUTPUT, 190.2, 210.0, 1)
+    assert row["method"] == "pytest, the default suite (not slow, not slurm), 14 processes"
+    assert row["counts"] == {"passed": 497, "failed": 2, "skipped": 9, "error": 1}
+    assert row["note"] == (
+        "497 passed, 2 failed, 9 skipped, 1 error in 188 s; finished within its 210 s timeout (the part: 190 s); "
+        "failed: test_config_errors.py::test_bad_config_is_reported_and_nothing_written[unknown study-run], "
+        "test_cli.py::test_run_status_plot, test_store.py::test_cube_is_self_describing")
+
+
+def test_a_suite_cut_off_by_its_timeout_says_so_with_the_counts_until_then(tmp_path):
+    """No summary: the progress characters counted; the table has the row and the part's timeout."""
+    output = PYTEST_OUTPUT.split("=====")[0] + "..E.s\n"
+    (row,) = gpu_table.parsed_rows("tests", output, 210.4, 210.0, 124)
+    assert row["counts"] == {"passed": 72 + 70 + 3, "failed": 1, "skipped": 2, "error": 1}
+    assert row["note"] == "cut off by its 210 s timeout, before its summary: 145 passed, 1 failed, 2 skipped, 1 error"
+    out, rows = tmp_path / "tests.out", tmp_path / "rows.jsonl"
+    out.write_text(output)
+    gpu_table.record(rows, "tests", "124", "210.4", "210", out, "tests.log")
+    table = gpu_table.table(rows)
+    assert ("| the test suite on this device (pytest) | pytest, the default suite (not slow, not slurm), 14 processes "
+            "| - | - | - | - | cut off by its 210 s timeout") in table
+    assert "| **FAILED** | - | - | - | - | timed out after 210 s (log: tests.log) |" in table
+
+
+def test_the_trials_few_tests_name_their_filter():
+    output = (PYTEST_COMMAND.replace("-n 14", "-n 1 -k default_solver") + "\n....\n"
+              "4 passed, 560 deselected in 31.02s\n")
+    (row,) = gpu_table.parsed_rows("tests", output, 35.0, 210.0, 0)
+    assert row["method"] == "pytest, the default suite (not slow, not slurm), -k default_solver, 1 process"
+    assert row["note"] == ("4 passed, 0 failed, 0 skipped, 0 errors in 31 s; "
+                           "finished within its 210 s timeout (the part: 35 s)")
