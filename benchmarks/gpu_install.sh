@@ -14,15 +14,25 @@ if [ ! -f "$_site/.ok" ]; then
   export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1  # root there: no warning per wheel
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$_site" "$_wheels"/whl/*.whl || return 1
-  # An extra only where the machine lacks it (its import fails): never shadow its own versions.
-  for _whl in "$_wheels"/extra/*.whl; do
-    _mod=$(basename "$_whl" | cut -d- -f1 | tr 'A-Z' 'a-z')
-    [ "$_mod" = pyyaml ] && _mod=yaml
-    python3 -c "import $_mod" 2>/dev/null || {
-      echo "gpu_install: installing $(basename "$_whl") (no $_mod here)"
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-        --target "$_site-extra" "$_whl" || return 1; }
-  done
+  # An extra only where the machine lacks it (no distribution of its name, nor a
+  # module): never shadow its own versions (PYTHONPATH comes first in sys.path).
+  mapfile -t _missing < <(python3 - "$_wheels"/extra/*.whl <<'PY'
+import importlib.metadata, importlib.util, pathlib, sys
+for wheel in sys.argv[1:]:
+    name = pathlib.Path(wheel).name.split("-")[0]  # the distribution's, normalised
+    try:
+        importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        if importlib.util.find_spec(name.lower()) is None:
+            print(wheel)
+PY
+  )
+  if [ "${#_missing[@]}" -gt 0 ]; then
+    echo "gpu_install: installing what this machine lacks: $(for _whl in "${_missing[@]}"; do
+      basename "$_whl" | cut -d- -f1; done | tr '\n' ' ')"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --target "$_site-extra" "${_missing[@]}" || return 1
+  fi
   python3 - "$_site" <<'PY' || return 1
 import pathlib, sys, tomllib
 project = tomllib.loads(pathlib.Path("pyproject.toml").read_text())["project"]
@@ -45,4 +55,4 @@ fi
 export PYTHONPATH=$PWD:$_site:$_site-extra PATH=$_site/bin:$PATH PYTHONUNBUFFERED=1
 # JAX takes GPU memory as it needs it: the parts' processes (and pytest-xdist workers) share one GPU.
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-unset _wheels _site _whl _mod
+unset _wheels _site _whl _missing
