@@ -5,7 +5,8 @@
 #   bash benchmarks/gpu_lease.sh            # the device run (carry .gpu: bash benchmarks/gpu_wheels.sh .gpu)
 #   SMALL=1 bash benchmarks/gpu_lease.sh    # a trial of the script itself: tiny sizes, GPU-only rows skipped
 #
-# Each part runs under its own `timeout`, most important first, so that a part
+# Each part runs under its own `timeout`, most important first (the whole default
+# test suite, 180 s of the budget, then the benchmarks), so that a part
 # that hangs or fails costs only itself (and the least important ones); a
 # failure is a FAILED row and the script goes on, always exiting 0. The
 # timeouts add up to at most BUDGET_S (default 495 s: the command stays under
@@ -60,7 +61,7 @@ part() {
 # then the environment of every part.
 if [ -d .gpu ] && python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then
     # Installed in a child under a timeout (pip could hang), then sourced for its exports only.
-    part install setup.log 30 bash -c 'source benchmarks/gpu_install.sh .gpu'
+    part install setup.log 40 bash -c 'source benchmarks/gpu_install.sh .gpu'
     if [ -f /tmp/site/.ok ]; then source benchmarks/gpu_install.sh .gpu; else echo "install failed: see setup.log"; fi
 fi
 # `rollsweep` as the wrapper on PATH puts it, else this tree's CLI: never a script beside sys.executable.
@@ -88,15 +89,20 @@ else
     LANDING=(); SIDE=10000
 fi
 
-# ---- 1. the fused-kernel and lane-interpreter tests, compiled for this device (the only
-# place with the newer JAX); a file a colleague has not written yet is left out.
-TESTS=()
-for f in tests/test_fused.py tests/test_lane_structural.py tests/test_fused_outside.py \
-    tests/test_outside_models.py tests/test_kernel_c.py; do [ -f "$f" ] && TESTS+=("$f"); done
-PYTEST=(python3 -m pytest -p no:cacheprovider -p no:benchmark -q -rf --maxfail=10 "${TESTS[@]}")
-python3 -c 'import xdist' 2>/dev/null && PYTEST+=(-n 8)  # compiling is the cost: 8 processes on 16 cores
-[ "$SMALL" = 1 ] && PYTEST+=(-k default_solver)           # the trial: a few quick tests, the same parsing
-part tests tests.log 90 "${PYTEST[@]}"
+# ---- 1. the whole default test suite (not slow, not slurm) on this device, first: what
+# every change of the engine needs checked where its GPU paths run. Across the cores
+# (pytest-xdist, a process per core but two; each takes its share of the GPU's memory:
+# tests/conftest.py), under a timeout that leaves the benchmarks most of the budget
+# (TESTS_S: another). Its row counts the tests passed, failed and skipped, and says
+# whether the suite finished in time (else the counts until it was cut off); the log
+# lists each skip's reason (tests marked cpu_only) and the 20 slowest tests.
+# ROLLSWEEP_BENCH_ROWS unset: a test that runs a benchmark's code adds no row here.
+CORES=$(nproc 2>/dev/null || echo 4)
+PYTEST=(env -u ROLLSWEEP_BENCH_ROWS python3 -m pytest -p no:cacheprovider -p no:benchmark -q
+        -m "not slow and not slurm" --durations=20)
+python3 -c 'import xdist' 2>/dev/null && PYTEST+=(-n "$((CORES > 3 ? CORES - 2 : 1))")
+[ "$SMALL" = 1 ] && PYTEST+=(-k default_solver)  # the trial: a few quick tests, the same parsing
+part tests tests.log "${TESTS_S:-180}" "${PYTEST[@]}"
 
 # ---- 2. rolling ball: each engine solver's compiled calls, plain jit(vmap(diffrax)), numba
 # on the CPU threads and numba-CUDA, against the closed form.
