@@ -32,9 +32,9 @@ def _points():
     return bench_bounces.grid(4, 4)
 
 
-def _engine(heights, restitutions):
+def _engine(heights, restitutions, study=ball.STUDY):
     columns = {"height": heights, "restitution": restitutions, "min_speed": np.full(heights.size, ball.MIN_SPEED)}
-    return evaluate(ball.STUDY, SETTINGS, columns, plan=make_plan(ball.STUDY, points=heights.size))
+    return evaluate(study, SETTINGS, columns, plan=make_plan(study, points=heights.size))
 
 
 def test_closed_form_against_the_flights_summed():
@@ -52,11 +52,13 @@ def test_closed_form_against_the_flights_summed():
     assert whole_grid.max() == 92 and 20 < whole_grid.mean() < 21  # tens of impacts a point
 
 
-def test_engine_matches_the_closed_form():
+@pytest.mark.parametrize("study", [ball.STUDY, ball.LOGGED], ids=lambda s: s.name)
+def test_engine_matches_the_closed_form(study):
     """The default plan's solve of 16 points (up to 92 impacts each): every
-    impact count exact, the time to rest within 1e-11 relative."""
+    impact count exact, the time to rest (the solution's end, or the event
+    log's last) within 1e-11 relative."""
     heights, restitutions = _points()
-    result = _engine(heights, restitutions)
+    result = _engine(heights, restitutions, study)
     rest, impacts = ball.closed_form(heights, restitutions)
     np.testing.assert_array_equal(result.status, Status.SUCCESS)
     np.testing.assert_array_equal(result.outputs["impacts"], impacts)
@@ -72,8 +74,9 @@ def test_registration_is_found_like_an_installed_package(tmp_path, monkeypatch):
     engine.study.interface._registered.cache_clear()
     try:
         names = {ep.name for ep in importlib.metadata.entry_points(group=engine.study.interface.ENTRY_POINT_GROUP)}
-        assert "bouncing_ball" in names
+        assert {"bouncing_ball", "bouncing_ball_logged"} <= names
         assert engine.study.interface.load_study("bouncing_ball") is ball.STUDY
+        assert engine.study.interface.load_study("bouncing_ball_logged") is ball.LOGGED
     finally:
         engine.study.interface._registered.cache_clear()
 

@@ -7,6 +7,7 @@ names), and registered the way such a package is, under the
 
     [project.entry-points."rollsweep.studies"]
     bouncing_ball = "bouncing_ball:STUDY"
+    bouncing_ball_logged = "bouncing_ball:LOGGED"
 
 (benchmarks/bench_bounces.py writes the distribution's metadata that
 `pip install -e` would, in a folder of its own, rather than install into the
@@ -16,12 +17,15 @@ The model: state (h, v), one mode (flight, h' = v, v' = -G), one transition
 (the ground, h = 0 downward). At each impact the state before the reset is
 looked at: an impact speed |v| below `min_speed` ends the motion there (target
 None: the end), any other rebounds (v -> -e v, h -> 0). Outputs: the time of
-the last impact (`rest_time`) and the number of impacts (`impacts`, the last
-one included). On the benchmark grid (heights 0.1-10 m, restitutions 0.05-0.9,
-100 x 100, min_speed 1e-3 m/s) a point has 20.6 impacts on average and 92 at
-most (19.6 and 91 rebounds).
+the last impact (`rest_time`, the solution's end time sol.t) and the number
+of impacts (`impacts`, the last one included). LOGGED is the same study with
+the rest time read from the event log (sol.event_t) instead. On the benchmark
+grid (heights 0.1-10 m, restitutions 0.05-0.9, 100 x 100, min_speed 1e-3
+m/s) a point has 20.6 impacts on average and 92 at most (19.6 and 91
+rebounds).
 """
 
+import dataclasses
 import math
 
 import jax.numpy as jnp
@@ -90,6 +94,21 @@ STUDY = Study(
              Output("impacts", "1", "ground contacts, the last one included")),
     solve_point=HybridPoint(SYSTEM, _start, _finish),
 )
+
+
+def _finish_from_log(p, sol, settings):
+    """The time of the last impact read from the event log (the other way a
+    user might write it): the solve then keeps every point's log of
+    max_segments events, which costs with its length (bench_bounces.py)."""
+    last = sol.event_t[jnp.maximum(sol.num_events - 1, 0)]
+    return PointResult(outputs={"rest_time": last, "impacts": sol.num_events.astype(sol.t.dtype)},
+                       status=sol.status, num_steps=sol.num_steps, num_events=sol.num_events)
+
+
+# The same study, its rest time from the event log: registered beside STUDY as
+# bouncing_ball_logged = "bouncing_ball:LOGGED"
+LOGGED = dataclasses.replace(STUDY, name="bouncing_ball_logged", title="A ball bouncing to rest (from the event log)",
+                             solve_point=HybridPoint(SYSTEM, _start, _finish_from_log))
 
 
 def closed_form(height, restitution, min_speed=MIN_SPEED):
