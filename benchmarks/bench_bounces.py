@@ -12,9 +12,13 @@ machine falls on all alike):
 
 - `rollsweep run` on the default path (no shard_size, no batch_size), a whole
   process: points/s of its wall time, and of its own "solved in" figure
-- the engine's compiled calls (engine.solve.evaluate with the default plan),
-  at max_segments 512, and 128 and 1024 (the cost should follow the events
-  taken, not the room reserved for them)
+- engine.run of the same sweep in this process, warm (no process start-up)
+- the engine's compiled calls (engine.solve.evaluate with the default plan)
+- each of the engine's ways at max_segments 512, 128 and 1024 (the cost
+  should follow the events taken, not the room reserved for them), and for
+  the study as written (its rest time the solution's end, sol.t) and as a
+  user might write it instead (the rest time read from the event log,
+  sol.event_t: bouncing_ball.LOGGED, registered beside it)
 - the peer: numba, Dormand-Prince 5(4) with Hairer's PI step-size control,
   each ground crossing located on the accepted step's dense output (Newton,
   bisection fallback), a fresh step-size guess after each reset, the same stop
@@ -36,6 +40,7 @@ import math
 import os
 import pathlib
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -52,6 +57,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 RTOL, ATOL, MAX_SEGMENTS = 1e-10, 1e-12, 512
 HEIGHTS, RESTITUTIONS = (0.1, 10.0), (0.05, 0.9)
 MAX_STEPS = 4096  # a segment's steps, as the engine's default max_steps
+# The package's studies by attribute: the rest time from the solution's end
+# (sol.t), and from the event log (whose length is max_segments).
+STUDIES = {"STUDY": ball.STUDY, "LOGGED": ball.LOGGED}
+READS = {ball.STUDY.name: "sol.t", ball.LOGGED.name: "event log"}
 CUDA_THREADS = 128
 
 # ------------------------------------------------------------- the numba peer
@@ -299,8 +308,8 @@ def accuracy(rest, impacts, exact_rest, exact_impacts) -> tuple:
     return worst, signs, "all equal" if differ == 0 else f"{differ} differ"
 
 
-ERROR_HEADERS = ("median round ratio", "max |rel err| rest time", "late/early points", "impacts vs closed form",
-                 "steps a point")
+ERROR_HEADERS = ("median round ratio", "CPU us a point", "max |rel err| rest time", "late/early points",
+                 "impacts vs closed form", "steps a point")
 
 
 # ------------------------------------------------------- the engine's methods
@@ -316,22 +325,23 @@ def write_registration(folder: pathlib.Path) -> pathlib.Path:
     info = folder / "bouncing_ball-1.dist-info"
     info.mkdir(exist_ok=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: bouncing_ball\nVersion: 1\n")
-    (info / "entry_points.txt").write_text("[rollsweep.studies]\nbouncing_ball = bouncing_ball:STUDY\n")
+    (info / "entry_points.txt").write_text("[rollsweep.studies]\n" + "".join(
+        f"{study.name} = bouncing_ball:{attribute}\n" for attribute, study in STUDIES.items()))
     return folder
 
 
-def sweep_toml(n_heights, n_restitutions, max_segments, out) -> str:
+def sweep_toml(n_heights, n_restitutions, max_segments, out, study="bouncing_ball") -> str:
     """The sweep a user writes: no shard_size, no batch_size."""
     return sweep_text(
-        "bouncing_ball",
+        study,
         {"height": {"linspace": [*HEIGHTS, n_heights]}, "restitution": {"linspace": [*RESTITUTIONS, n_restitutions]}},
         out=out, solver={"rtol": RTOL, "atol": ATOL, "max_segments": max_segments})
 
 
-def sweep_file(folder: pathlib.Path, n_heights, n_restitutions, max_segments) -> pathlib.Path:
-    name = f"bounces_{n_heights}x{n_restitutions}_{max_segments}"
+def sweep_file(folder: pathlib.Path, n_heights, n_restitutions, max_segments, study="bouncing_ball") -> pathlib.Path:
+    name = f"{study}_{n_heights}x{n_restitutions}_{max_segments}"
     path = folder / f"{name}.toml"
-    path.write_text(sweep_toml(n_heights, n_restitutions, max_segments, folder / f"{name}.zarr"))
+    path.write_text(sweep_toml(n_heights, n_restitutions, max_segments, folder / f"{name}.zarr", study))
     return path
 
 
@@ -348,8 +358,9 @@ def rollsweep_run(sweep: pathlib.Path, registration: pathlib.Path) -> tuple[floa
     start = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": path})
     seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"rollsweep run {sweep.name} failed ({done.returncode}): {done.stderr[-2000:]}")
+    if done.returncode != 0:  # its error's last line first: what the table's row shows
+        last = ([line for line in done.stderr.splitlines() if line.strip()] or [""])[-1]
+        raise RuntimeError(f"rollsweep run {sweep.name} exited {done.returncode}: {last}\n{done.stderr[-2000:]}")
     solved = SOLVED.search(done.stdout)
     return seconds, float(solved.group(1)) if solved else math.nan
 
@@ -361,19 +372,19 @@ def cube_values(sweep: pathlib.Path) -> tuple:
     return cube["rest_time"].values.ravel(), cube["impacts"].values.ravel()
 
 
-def engine_calls(heights, restitutions, max_segments):
+def engine_calls(heights, restitutions, max_segments, study=ball.STUDY):
     """The engine's compiled calls with the default plan for this many points
     (what `rollsweep run` uses), as a function of no arguments."""
     from engine import SolverSettings
     from engine.solve import evaluate, make_plan
 
     settings = SolverSettings(rtol=RTOL, atol=ATOL, max_segments=max_segments)
-    plan = make_plan(ball.STUDY, points=heights.size)
+    plan = make_plan(study, points=heights.size)
     columns = {"height": heights, "restitution": restitutions,
                "min_speed": np.broadcast_to(np.float64(ball.MIN_SPEED), heights.shape)}
 
     def run():
-        result = evaluate(ball.STUDY, settings, columns, plan=plan)
+        result = evaluate(study, settings, columns, plan=plan)
         return result.outputs["rest_time"], result.outputs["impacts"], result.num_steps
 
     return run, plan
@@ -381,57 +392,72 @@ def engine_calls(heights, restitutions, max_segments):
 
 # ------------------------------------------------------------------ the run
 SEGMENTS = (MAX_SEGMENTS, 128, 1024)  # the sweep's, then the room check's
+THE_SWEEPS = {segments: " (the sweep's)" if segments == MAX_SEGMENTS else "" for segments in SEGMENTS}
 SOLVED_IN = "  same, the rate of its own 'solved in' figure"
 
 
-def timed(fn):
-    """A compiled call as a method: fn() -> (rest, impacts, steps) made
-    () -> (that, seconds, None)."""
+def clocks() -> tuple[float, float]:
+    """(wall, CPU) seconds so far: the CPU of this process's threads (numba's
+    and XLA's included) and of its finished children (the `rollsweep run`s)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.perf_counter(), time.process_time() + children.ru_utime + children.ru_stime
+
+
+def measured(fn):
+    """A method: () -> (fn()'s (rest time, impacts, steps) or None, wall
+    seconds, 'solved in' seconds or None, CPU seconds)."""
     def method():
-        start = time.perf_counter()
-        out = fn()
-        return out, time.perf_counter() - start, None
+        wall, cpu = clocks()
+        found, solved_in = fn()
+        after_wall, after_cpu = clocks()
+        return found, after_wall - wall, solved_in, after_cpu - cpu
 
     return method
+
+
+def timed(fn):
+    """Compiled calls, fn() -> (rest time, impacts, steps), as a method."""
+    return measured(lambda: (fn(), None))
 
 
 def process_method(sweep: pathlib.Path, registration: pathlib.Path):
-    """`rollsweep run` as a method: (None: its cube read at the end, wall seconds, 'solved in' seconds)."""
-    def method():
-        return None, *rollsweep_run(sweep, registration)
-
-    return method
+    """`rollsweep run` as a method (its cube read at the end; its own 'solved in' figure kept)."""
+    return measured(lambda: (None, rollsweep_run(sweep, registration)[1]))
 
 
 def in_process_method(text_for):
     """engine.run in this process, warm (the program loaded, the study
     imported): the run's own work, its store, shards and their calls, without
     a process's start-up."""
-    def method():
-        found, seconds, _ = engine_end_to_end(text_for, ["rest_time", "impacts"], repeat=1, warmup=False)
-        return (found["rest_time"].ravel(), found["impacts"].ravel(), None), seconds, None
+    def run():
+        found, _, _ = engine_end_to_end(text_for, ["rest_time", "impacts"], repeat=1, warmup=False)
+        return (found["rest_time"].ravel(), found["impacts"].ravel(), None), None
 
-    return method
+    return measured(run)
 
 
-def in_process_methods(heights, restitutions, skipped: list, failed: dict) -> tuple[dict, str]:
-    """label -> a method () -> ((rest time, impacts, steps), seconds, None): the
-    engine's compiled calls at each max_segments and the numba peers; and the
-    CPU peer's label (the table's reference)."""
+def in_process_methods(heights, restitutions, skipped: list, failed: dict, room: dict) -> tuple[dict, str]:
+    """label -> a method (see measured): the engine's compiled calls of each study at each max_segments, and the numba
+    peers; and the CPU peer's label (the table's reference). room: (what, study)
+    -> {max_segments: label}, filled."""
     import jax
 
     methods = {}
     platform = jax.devices()[0].platform
-    for segments in SEGMENTS:
-        calls, plan = engine_calls(heights, restitutions, segments)
-        suffix = " (the sweep's)" if segments == MAX_SEGMENTS else ""
-        methods[f"engine: compiled calls on {platform} ({plan.solver.name}, batch {plan.batch:,}), "
-                f"max_segments {segments}{suffix}"] = timed(calls)
+    for study in STUDIES.values():
+        for segments in SEGMENTS:
+            calls, plan = engine_calls(heights, restitutions, segments, study)
+            label = (f"engine: compiled calls on {platform} ({plan.solver.name}, batch {plan.batch:,}), rest time "
+                     f"from {READS[study.name]}, max_segments {segments}{THE_SWEEPS[segments]}")
+            methods[label] = timed(calls)
+            room.setdefault(("compiled calls", study.name), {})[segments] = label
     threads = numba.get_num_threads() if numba is not None else 0
     cpu_label = f"numba DP5 + dense-output events, prange, {threads} threads"
     cpu_peer = numba_sweep()
     if cpu_peer is not None:
         methods[cpu_label] = timed(lambda: cpu_peer(heights, restitutions))
+        if threads > 1:  # one core's worth, beside the engine's compiled calls (one call: one thread)
+            methods["numba, the same on 1 thread"] = timed(lambda: one_thread(cpu_peer, heights, restitutions))
     else:
         skipped.append((cpu_label, "numba not installed: pip install -e '.[bench]'"))
     cuda_label = "numba-CUDA DP5 + dense-output events, one thread a point"
@@ -444,6 +470,15 @@ def in_process_methods(heights, restitutions, skipped: list, failed: dict) -> tu
     except Exception as err:  # a broken peer is a failed row, never the end of the run
         failed[cuda_label] = err
     return methods, cpu_label
+
+
+def one_thread(peer, *args):
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        return peer(*args)
+    finally:
+        numba.set_num_threads(threads)
 
 
 def attempt(label, fn, failed: dict):
@@ -471,21 +506,24 @@ def main():
     heights, restitutions = grid(args.grid, args.grid)
     exact = ball.closed_form(heights, restitutions)
 
-    failed, skipped = {}, []
-    methods, reference = in_process_methods(heights, restitutions, skipped, failed)
+    failed, skipped, room = {}, [], {}
+    methods, reference = in_process_methods(heights, restitutions, skipped, failed, room)
     with tempfile.TemporaryDirectory(prefix="rollsweep_bounces_") as tmp:
         folder = pathlib.Path(tmp)
         registration = write_registration(folder / "site")
-        sys.path.append(str(registration))  # the study found by its entry point, as the processes find it
-        methods[f"engine: engine.run in this process (warm), max_segments {MAX_SEGMENTS}"] = in_process_method(
-            lambda out: sweep_toml(args.grid, args.grid, MAX_SEGMENTS, out))
+        sys.path.append(str(registration))  # the studies found by their entry points, as the processes find them
+        methods[f"engine: engine.run in this process (warm), rest time from sol.t, max_segments {MAX_SEGMENTS}"] = (
+            in_process_method(lambda out: sweep_toml(args.grid, args.grid, MAX_SEGMENTS, out)))
         cubes = {}  # a process's label -> its sweep file (the cube read at the end)
-        for segments in SEGMENTS:
-            label = f"engine: rollsweep run, default path, max_segments {segments}"
-            label += " (the sweep's)" if segments == MAX_SEGMENTS else ""
-            cubes[label] = sweep_file(folder, args.grid, args.grid, segments)
-            methods[label] = process_method(cubes[label], registration)
+        for study in STUDIES.values():
+            for segments in SEGMENTS:
+                label = (f"engine: rollsweep run, default path, rest time from {READS[study.name]}, "
+                         f"max_segments {segments}{THE_SWEEPS[segments]}")
+                cubes[label] = sweep_file(folder, args.grid, args.grid, segments, study.name)
+                methods[label] = process_method(cubes[label], registration)
+                room.setdefault(("rollsweep run", study.name), {})[segments] = label
         times = {label: [] for label in methods}  # each round's seconds
+        cpu = {label: [] for label in methods}  # each round's CPU seconds
         solved = {label: [] for label in cubes}  # each round's 'solved in' seconds
         values = {}
         # Untimed first calls: compilation (numba's, JAX's; the processes' compile cache filled).
@@ -495,9 +533,10 @@ def main():
             for label, method in methods.items():
                 out = None if label in failed else attempt(label, method, failed)
                 if out is not None:
-                    found, seconds, solved_in = out
+                    found, seconds, solved_in, cpu_seconds = out
                     values[label] = found if found is not None else values[label]
                     times[label].append(seconds)
+                    cpu[label].append(cpu_seconds)
                     if label in solved:
                         solved[label].append(solved_in)
         for label, sweep in cubes.items():
@@ -507,7 +546,7 @@ def main():
     if reference in failed or reference not in times:  # no peer to compare with: the engine's first row
         reference = next((label for label in times if label not in failed), reference)
     n = heights.size
-    rows = table_rows(n, exact, times, solved, values, failed, reference)
+    rows = table_rows(n, exact, times, cpu, solved, values, failed, reference)
     exact_impacts = exact[1]
     title = (f"bouncing ball (outside study), {args.grid} x {args.grid} = {n:,} points (heights {HEIGHTS[0]}-"
              f"{HEIGHTS[1]} m, restitutions {RESTITUTIONS[0]}-{RESTITUTIONS[1]}, min_speed {ball.MIN_SPEED} m/s: "
@@ -517,21 +556,22 @@ def main():
     for label, why in skipped:
         print(f"skipped: {label} ({why})")
         record_row(label, note=f"skipped: {why}", title=title)
-    for kind, table in (("engine: compiled calls", times), ("engine: rollsweep run", times),
-                        ("engine: rollsweep run (its 'solved in' figure)", solved)):
-        low, high = (next((label for label in table if label.startswith(kind.split(" (its")[0])
-                           and f"max_segments {k}" in label), None) for k in (128, 1024))
-        if low and high and table[low] and table[high]:
-            ratio = np.nanmedian(np.divide(table[low], table[high]))
-            print(f"{kind}: points/s at max_segments 1024 against 128, median of the rounds: {ratio:.2f}x")
+    for (what, study), labels in room.items():
+        for table, figure in ((times, ""), (solved, ", its 'solved in' figure")):
+            low, high = labels.get(128), labels.get(1024)
+            if low in table and high in table and table[low] and table[high]:
+                ratio = np.nanmedian(np.divide(table[low], table[high]))
+                print(f"{what}{figure}, rest time from {READS[study]}: points/s at max_segments 1024 against 128, "
+                      f"median of the rounds: {ratio:.2f}x")
     margin = ball.closed_form_margin(heights, restitutions)
     print(f"closed form: every impact speed at least {margin:.1e} (relative) from min_speed, so a solver's "
           "impact count differs from it only by an error that large")
 
 
-def table_rows(n, exact, times, solved, values, failed, reference) -> list:
+def table_rows(n, exact, times, cpu, solved, values, failed, reference) -> list:
     """(method, points/s of its best round, the median of the rounds' ratios to
-    the reference, errors, steps a point) of each method, in order."""
+    the reference, CPU microseconds a point (its least), errors, steps a point)
+    of each method, in order."""
     def per_round(seconds) -> str:
         if not times.get(reference) or not seconds:
             return "-"
@@ -549,9 +589,10 @@ def table_rows(n, exact, times, solved, values, failed, reference) -> list:
         rest, impacts, steps = values[label]
         errors = accuracy(rest, impacts, *exact)
         steps = "-" if steps is None else f"{float(np.mean(steps)):.1f}"
-        rows.append((label, n / np.nanmin(times[label]), per_round(times[label]), *errors, steps))
+        rows.append((label, n / np.nanmin(times[label]), per_round(times[label]), f"{1e6 * min(cpu[label]) / n:.2f}",
+                     *errors, steps))
         if label in solved:
-            rows.append((SOLVED_IN, n / np.nanmin(solved[label]), per_round(solved[label]), *errors, steps))
+            rows.append((SOLVED_IN, n / np.nanmin(solved[label]), per_round(solved[label]), "-", *errors, steps))
     return rows + [failed_row(label) for label in failed if label not in times]
 
 
