@@ -130,9 +130,9 @@ RS=$(printf '%q ' "${ROLLSWEEP[@]}")
 # solver (ROLLSWEEP_KERNEL_BACKEND); default: the engine's own choice.
 for backend in ${KERNEL_BACKENDS:-default}; do
     part "run1m-$backend" runs.log 75 env ROLLSWEEP_KERNEL_BACKEND="${backend/default/}" bash -c "
-        $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite &&
-        $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite &&
-        $RS run $WORK/run$((4 * RUN_POINTS)).toml --quiet --overwrite"
+        $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite --profile &&
+        $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite --profile &&
+        $RS run $WORK/run$((4 * RUN_POINTS)).toml --quiet --overwrite --profile"
 done
 
 # ---- 3b. where the 1M-point run's process spends its time: imports, sweep parsed, store
@@ -157,8 +157,8 @@ if [ "$SMALL" = 1 ]; then  # 101 speeds instead of 10,001: 10^4 points
 fi
 # A first run (traces and compiles), then the same again (--overwrite: the compile cache
 # warm), each a part of its own: its whole process's wall time is the part's.
-part bicycle runs.log 30 "${ROLLSWEEP[@]}" run "$BICYCLE" --out "$WORK/bicycle.zarr" --quiet
-part bicycle-warm runs.log 30 "${ROLLSWEEP[@]}" run "$BICYCLE" --out "$WORK/bicycle.zarr" --quiet --overwrite
+part bicycle runs.log 30 "${ROLLSWEEP[@]}" run "$BICYCLE" --out "$WORK/bicycle.zarr" --quiet --profile
+part bicycle-warm runs.log 30 "${ROLLSWEEP[@]}" run "$BICYCLE" --out "$WORK/bicycle.zarr" --quiet --overwrite --profile
 
 # ---- 6. the serve landing map: the engine's compiled calls against plain jit(vmap(diffrax))
 # (gpu_landing.py: bench_landing.py's grid and reference, without its many other compilations).

@@ -39,6 +39,24 @@ OUTCOMES = {"passed": ".", "failed": "F", "skipped": "s", "error": "E"}
 FAILURES_NAMED = 5  # the failed tests a row names (the log has them all)
 
 
+# `rollsweep run --profile`: a run's stages (seconds), and its tasks' (share of the threads' time).
+RUN_STAGE = re.compile(r"^  (\S+(?: \S+)?)\s+([\d.]+) s  ", re.MULTILINE)
+TASK_STAGE = re.compile(r"^      (\S+(?: \S+)?)\s+[\d.]+ s\s+([\d.]+)%", re.MULTILINE)
+
+
+def profile_note(output: str) -> str:
+    """A run's stages, as `rollsweep run --profile` printed them, in one phrase:
+    "; stages: start-up 0.4 s, ..., solving 0.9 s (device 35%, writes 30%, ...)"
+    (the tasks' stages over 0.5% of their threads' time); "" where none is printed."""
+    run = RUN_STAGE.findall(output)
+    if not run:
+        return ""
+    tasks = ", ".join(f"{name} {float(share):.0f}%" for name, share in TASK_STAGE.findall(output)
+                      if float(share) >= 0.5)
+    return "; stages: " + ", ".join(f"{name} {float(t):.2f} s" + (f" ({tasks})" if name == "solving" and tasks else "")
+                                    for name, t in run)
+
+
 def number(text: str) -> float:
     return float(text.replace(",", ""))
 
@@ -84,10 +102,16 @@ def parsed_rows(part: str, output: str, seconds: float, limit: float | None = No
     limit, rc: the part's timeout and exit status (the tests part's row says whether it finished in time)."""
     rows = []
     if part.startswith(("run1m", "bicycle")):
-        for points, solving, rate, failed in RUN_SUMMARY.findall(output):
+        # Each run's summary, then (rollsweep run --profile) its stages, up to the next run's.
+        for block in re.split(r"^(?=.*points solved in )", output, flags=re.MULTILINE):
+            summary = RUN_SUMMARY.search(block)
+            if not summary:
+                continue
+            points, solving, rate, failed = summary.groups()
             rows.append({"method": "rollsweep run (default shards and batch)", "points": number(points),
                          "rate": number(rate), "note": f"solving {float(solving):.1f} s; whole process "
-                         f"{seconds:.1f} s = {number(points) / seconds:,.0f} points/s wall; {failed} points failed"})
+                         f"{seconds:.1f} s = {number(points) / seconds:,.0f} points/s wall; {failed} points failed"
+                         + profile_note(block)})
     elif part == "tests":
         rows.append(pytest_row(output, seconds, limit, rc))
     elif part == "stream":

@@ -3,6 +3,7 @@ a lease is minutes of a machine that is seldom lent, so a figure its parser
 drops is lost until the next one."""
 
 import pathlib
+import re
 import sys
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
@@ -51,6 +52,31 @@ def test_run_summaries_become_rows_with_their_rate():
     rows = gpu_table.parsed_rows("run1m-default", output, 7.0)
     assert rows[0]["points"] == 1_000_000 and rows[0]["rate"] == 555_556
     assert rows[0]["note"].startswith("solving 1.8 s; whole process 7.0 s")
+
+
+def test_a_profiled_runs_row_names_its_stages(tmp_path, capsys):
+    """Two `rollsweep run --profile`s in one part, as gpu_lease.sh runs them: each
+    row's note carries its own run's stages, the solving stage's split among them."""
+    from engine.cli.commands import main
+
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(f"""
+study = "pingpong"
+[axes]
+spin_ratio = {{ linspace = [0.2, 3.0, 64] }}
+[run]
+shard_size = 32
+out = "{tmp_path / 'cube.zarr'}"
+""")
+    for _ in range(2):  # in this process: no start-up stage (the process is not the program's)
+        assert main(["run", str(sweep), "--quiet", "--overwrite", "--profile"]) in (0, None)
+    output = capsys.readouterr().out
+    rows = gpu_table.parsed_rows("run1m-default", output, 9.0)
+    assert len(rows) == 2
+    for row in rows:
+        note = row["note"]
+        assert "; stages: planning " in note and ", store " in note and ", closing " in note, note
+        assert re.search(r"solving [\d.]+ s \(.*waiting \d+%", note), note
 
 
 # The tests part: the whole suite across the machine's cores (pytest-xdist), as gpu_lease.sh runs it.

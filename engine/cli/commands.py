@@ -95,6 +95,22 @@ def _validate(args):
 
 
 def _run(args):
+    import engine.stages as stages
+
+    # The process's start-up (interpreter, imports) where the process is the program's own.
+    startup = {"start-up": stages.seconds_since_start()} if args.whole_process else {}
+    clock = stages.Clock("planning")  # the run's clock from here: reading and planning the sweep
+    with stages.running(clock):
+        report = _run_sweep(args)
+    if args.profile:
+        print(stages.table(startup | report.stages, report.task_stages, report.threads))
+    if report.failed_shards:
+        print(f"rollsweep: {report.failed_shards} shards raised; their errors: rollsweep status {report.path}; "
+              "run again to retry them", file=sys.stderr)
+        return 1
+
+
+def _run_sweep(args):
     from engine._jax_setup import configure
     from engine.runner.cost import plan_for
     from engine.runner.execute import run
@@ -119,10 +135,7 @@ def _run(args):
         plan=plan,
     )
     print(_summary(report))
-    if report.failed_shards:
-        print(f"rollsweep: {report.failed_shards} shards raised; their errors: rollsweep status {report.path}; "
-              "run again to retry them", file=sys.stderr)
-        return 1
+    return report
 
 
 def _summary(report) -> str:
@@ -247,6 +260,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", choices=["local", "inline", "slurm"], help="override [run] executor")
     p.add_argument("--overwrite", action="store_true", help="replace a cube written by another config")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--profile", action="store_true",
+                   help="say where the time went: seconds per stage (start-up, planning, store, solving: compile, "
+                        "device calls, copies, packing, writes, markers, waiting)")
     _slurm_options(p, tasks_help="worker jobs (executor slurm)")
     p.set_defaults(fn=_run, module="engine.runner.execute")
 
@@ -355,6 +371,7 @@ def _import_command(args, freeze: bool) -> None:
 
 def _main(argv, freeze: bool = False) -> int:
     args = parser().parse_args(argv)
+    args.whole_process = freeze  # the program's own process (entry), not a caller's (a notebook, a test)
     if args.command in ("plot", "demo"):
         import matplotlib
 

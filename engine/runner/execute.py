@@ -19,6 +19,7 @@ import time
 
 from tqdm.auto import tqdm
 
+import engine.stages as stages
 from engine._jax_setup import SINGLE_THREAD_XLA, check_device, configure, task_settings
 from engine.cube.lock import locked
 from engine.cube.markers import KINDS
@@ -86,6 +87,13 @@ class RunReport:
     seconds: float
     failed_shards: int = 0  # shards that raised (recorded in the store; retried by the next run)
     points_solved: int | None = None  # points of the shards that did not raise (None: all of points_run)
+    # Where the time went (engine.stages): the run's stages in seconds, from its start
+    # (the caller's clock's, where one ran: the command line's counts its planning
+    # too) to its report; the tasks' stages in seconds of the `threads` that ran
+    # them, "waiting" their time in no task.
+    stages: dict = dataclasses.field(default_factory=dict)
+    task_stages: dict = dataclasses.field(default_factory=dict)
+    threads: int = 1
 
     @property
     def solved(self) -> int:
@@ -316,7 +324,19 @@ def run(
     (`connect_timeout` s at most, default CONNECT_TIMEOUT); the run stops, keeping
     what is done, once that cluster has had no worker for `lost_after` s (LOST_AFTER).
     `plan`: the sweep's (engine.runner.cost.plan_for), where the caller made it
-    already (the command line, which warns from it); made here otherwise."""
+    already (the command line, which warns from it); made here otherwise.
+    The report says where the time went (RunReport.stages), measured by the
+    caller's clock where one runs on this thread, else by one of the run's."""
+    clock = stages.current() or stages.Clock("planning")
+    with stages.running(clock):
+        report = _run(sweep, executor, workers, scheduler, overwrite, progress, slurm, connect_timeout, lost_after,
+                      plan)
+        clock.leave()  # "closing" (entered once the tasks were done) ends with the report
+    return dataclasses.replace(report, stages=clock.stop())
+
+
+def _run(sweep, executor, workers, scheduler, overwrite, progress, slurm, connect_timeout, lost_after, plan
+         ) -> RunReport:
     if scheduler and executor in ("inline", "slurm"):
         raise ConfigError("<command line>", "--scheduler", f"runs shards on an existing dask cluster; it cannot be "
                           f"combined with --executor {executor}")
@@ -332,9 +352,12 @@ def run(
     plan = plan or plan_for(sweep)  # the run's one plan: this process's device, solver and batch
     workers = workers or sweep.workers or default_workers(executor, sweep, plan)
     check_memory(sweep, in_flight(executor, workers, plan), plan)
-    cube, state = prepare(sweep, sweep.out, overwrite=overwrite, devices=devices_name(plan.device.platform))
+    with stages.stage("store"):
+        cube, state = prepare(sweep, sweep.out, overwrite=overwrite, devices=devices_name(plan.device.platform))
     with locked(cube.path):
-        return _run_locked(cube, plan, state, executor, workers, scheduler, resources, progress)
+        report = _run_locked(cube, plan, state, executor, workers, scheduler, resources, progress)
+        stages.current().enter("closing")  # the store released; left by run()
+    return report
 
 
 def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources, progress) -> RunReport:
@@ -356,24 +379,31 @@ def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources
         desc=f"{name} compiling, shards 0/{len(pending)}",
         dynamic_ncols=True,
     )
-    with bar:
+    task_seconds = {}
+    with bar, stages.stage("solving"):
         for info in _results(cube, plan, tasks, executor, workers, scheduler, resources):
             shards_done += info["shards"]
             failed_shards += info["raised"]
             failed += info["failed"]
             solved += info["solved"]
+            stages.add(task_seconds, info.get("stages", {}))
             bar.set_description(f"{name} shards {shards_done}/{len(pending)}" + (
                 f", {failed_shards} raised" if failed_shards else ""))
             bar.update(info["points"])
+    seconds = time.perf_counter() - start
+    # The tasks' threads (or workers) in no task: waiting for one, or idle at the end.
+    task_seconds["waiting"] = max(0.0, threads * seconds - sum(task_seconds.values()))
     return RunReport(
         path=str(cube.path),
         state=state if pending else "complete",
         shards_run=len(pending),
         points_run=points,
         failed_points=failed,
-        seconds=time.perf_counter() - start,
+        seconds=seconds,
         failed_shards=failed_shards,
         points_solved=solved,
+        task_stages=task_seconds,
+        threads=threads,
     )
 
 

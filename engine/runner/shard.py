@@ -12,6 +12,7 @@ import traceback
 
 import numpy as np
 
+import engine.stages as stages
 from engine.cube.markers import CRITICAL, GRID
 from engine.cube.store import Cube
 from engine.cube.structure import critical_name
@@ -62,7 +63,10 @@ def run_grid_task(cube: Cube, plan: Plan, task: Task) -> dict:
     params = _point_params(sweep, sweep.axis_names, columns, task.points)
     result = evaluate(sweep.study, sweep.solver, params, outputs=sweep.outputs, plan=plan)
     flat = dict(result.outputs, status=result.status, num_steps=result.num_steps, num_events=result.num_events)
-    return _finish(cube, task, result.status, start, cube.write_regions(_regions(grid, task, flat)))
+    regions = _regions(grid, task, flat)
+    with stages.stage("writes"):
+        digests = cube.write_regions(regions)
+    return _finish(cube, task, result.status, start, digests)
 
 
 def run_critical_task(cube: Cube, plan: Plan, task: Task) -> dict:
@@ -84,7 +88,9 @@ def run_critical_task(cube: Cube, plan: Plan, task: Task) -> dict:
     roots, status = find_critical(output_at, c.bracket, c.target, c.xtol, task.points)
     name = critical_name(sweep)
     regions = _regions(layout, task, {name: roots, f"{name}_status": status})
-    return _finish(cube, task, status, start, cube.write_regions(regions))
+    with stages.stage("writes"):
+        digests = cube.write_regions(regions)
+    return _finish(cube, task, status, start, digests)
 
 
 def _finish(cube: Cube, task: Task, status, start, digests) -> dict:
@@ -97,15 +103,16 @@ def _finish(cube: Cube, task: Task, status, start, digests) -> dict:
             task.shards, task.sizes, _by_shard(task, {"status": status}), digests, strict=True):
         shard_failed = int(np.count_nonzero(shard_status["status"] != Status.SUCCESS))
         failed += shard_failed
-        cube.markers.mark_done(task.kind, shard, {
-            "kind": task.kind,
-            "shard": shard,
-            "points": int(points),
-            "failed": shard_failed,
-            "seconds": round(seconds * points / task.points, 6),
-            "device": solved_on,
-            "digests": shard_digests,
-        })
+        with stages.stage("markers"):
+            cube.markers.mark_done(task.kind, shard, {
+                "kind": task.kind,
+                "shard": shard,
+                "points": int(points),
+                "failed": shard_failed,
+                "seconds": round(seconds * points / task.points, 6),
+                "device": solved_on,
+                "digests": shard_digests,
+            })
     return _report(task, solved=task.points, failed=failed, seconds=round(seconds, 6), device=solved_on)
 
 
@@ -122,9 +129,12 @@ RUNNERS = {GRID: run_grid_task, CRITICAL: run_critical_task}
 
 def run_task(cube: Cube, plan: Plan, task: Task) -> dict:
     """A task solved, and its device named, on its plan's platform: on a GPU
-    machine a small vmapped sweep's is the CPU (engine.solve.plan.solving_device)."""
-    with on_platform(plan.device.platform):
-        return RUNNERS[task.kind](cube, plan, task)
+    machine a small vmapped sweep's is the CPU (engine.solve.plan.solving_device).
+    Its report holds the seconds of each of its stages (engine.stages.TASK_STAGES)."""
+    clock = stages.Clock(stages.TASK_DEFAULT)
+    with stages.running(clock), on_platform(plan.device.platform):
+        report = RUNNERS[task.kind](cube, plan, task)
+    return report | {"stages": clock.stop()}
 
 
 # Innermost frames in the study's code named with a shard's error: where it raised
@@ -173,5 +183,9 @@ def run_or_record(cube: Cube, plan: Plan, task: Task) -> dict:
     reports = [run_or_record(cube, plan, Task(task.kind, (shard,), (points,)))
                for shard, points in zip(task.shards, task.sizes, strict=True)]
     errors = [r["error"] for r in reports if "error" in r]
+    seconds = {}
+    for r in reports:
+        stages.add(seconds, r.get("stages", {}))
     return _report(task, solved=sum(r["solved"] for r in reports), failed=sum(r["failed"] for r in reports),
-                   raised=sum(r["raised"] for r in reports), **({"error": errors[0]} if errors else {}))
+                   raised=sum(r["raised"] for r in reports), stages=seconds,
+                   **({"error": errors[0]} if errors else {}))

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 import engine.solve.exported as exported
+import engine.stages as stages
 from engine.solve._host_memory import keep_freed_memory
 from engine.solve.base import Plan
 from engine.solve.plan import make_plan
@@ -56,7 +57,7 @@ def compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: P
     def call(*args):
         nonlocal fn
         if not ready.is_set():
-            with lock:
+            with stages.stage("compile"), lock:  # its threads wait here for the first call's program
                 if fn is None:
                     fn = exported.program(make, exported.program_key(study, settings, selected, plan, args), args)
                 result = fn(*args)
@@ -146,7 +147,10 @@ def evaluate(
         # On an accelerator a call's arrays come back together (their copies started
         # when it was queued); on CPU they are views of its buffers (device_get
         # would copy them: one call of 2^20 rebound-regime points, 52 -> 55 ms).
-        pieces = jax.device_get(results(call)) if accelerator else [np.asarray(p) for p in results(call)]
+        with stages.stage("device"):  # the call runs (or is still queued): wait for it
+            jax.block_until_ready(call)
+        with stages.stage("copy out"):
+            pieces = jax.device_get(results(call)) if accelerator else [np.asarray(p) for p in results(call)]
         if count == n:  # the only call (a GPU task is one): its arrays as they come out, not copied again
             host.extend(p[:count] for p in pieces)
             return
@@ -166,8 +170,12 @@ def evaluate(
         else:  # padded with copies of the batch's first point: same compiled shape every call
             take = np.concatenate([np.arange(start, stop), np.full(batch - (stop - start), start)])
             args = {k: v[take] for k, v in columns.items()}
+        if accelerator:  # the varying columns copied in (on CPU the call reads them where they are)
+            with stages.stage("copy in"):
+                args = jax.block_until_ready(jax.device_put(args))
         args |= fixed
-        call = fn(args, np.int32(stop - start))
+        with stages.stage("device"):  # queued; on CPU the call may run here
+            call = fn(args, np.int32(stop - start))
         if accelerator:  # each array's copy to the host starts as soon as the call ends
             for piece in results(call):
                 piece.copy_to_host_async()
