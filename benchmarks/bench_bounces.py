@@ -496,13 +496,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--grid", type=int, default=100, help="heights and restitutions each (grid N x N)")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (every method once a round)")
-    parser.add_argument("--quick", action="store_true", help="a 16 x 16 grid, two rounds: a smoke test")
+    parser.add_argument("--quick", action="store_true", help="a 16 x 16 grid, one round: a smoke test")
     parser.add_argument("--cudasim-check", action="store_true", help="only check the CUDA kernel (simulator)")
     args = parser.parse_args()
     if args.cudasim_check:
         raise SystemExit(cudasim_check())
     if args.quick:
-        args.grid, args.rounds = 16, 2
+        args.grid, args.rounds = 16, 1
     heights, restitutions = grid(args.grid, args.grid)
     exact = ball.closed_form(heights, restitutions)
 
