@@ -11,6 +11,7 @@ import json
 import math
 import os
 import pathlib
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,7 +24,8 @@ configure()  # float64 and the compile cache, as in every solving process
 
 import jax  # noqa: E402
 
-TESTS = pathlib.Path(__file__).resolve().parent.parent / "tests"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
 
 try:
     import numba
@@ -114,6 +116,46 @@ def engine_end_to_end(make_text, variables, repeat=3, warmup=True, executor="inl
     if report.failed_shards:
         print(f"note: {report.failed_shards} shards of the engine run raised (see the store's failure records)")
     return values, seconds, report
+
+
+def write_registration(folder: pathlib.Path, package: pathlib.Path, entry_points: dict[str, str]) -> pathlib.Path:
+    """What `pip install -e` of an outside study's package would add to the
+    environment, in `folder` (a path entry of its own, not the shared
+    environment): the package (a link to its folder `package`) and its
+    distribution's metadata with `entry_points` (study name -> "module:attribute")
+    under the `rollsweep.studies` group. Put `folder` on sys.path or PYTHONPATH
+    (rollsweep_process) and the engine finds the studies by name, as it finds an
+    installed package's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    package = pathlib.Path(package).resolve()
+    link = folder / package.name
+    if not link.exists():
+        link.symlink_to(package, target_is_directory=True)
+    info = folder / f"{package.name}-1.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package.name}\nVersion: 1\n")
+    (info / "entry_points.txt").write_text("[rollsweep.studies]\n" + "".join(
+        f"{name} = {target}\n" for name, target in entry_points.items()))
+    return folder
+
+
+def rollsweep_process(*args, path=()) -> tuple[float, subprocess.CompletedProcess]:
+    """(wall seconds, the finished process) of one `rollsweep ARGS...` process: the
+    CLI of this checkout, whatever Python runs it (no script looked for beside the
+    interpreter), with the folders `path` (write_registration's) and this checkout
+    on its PYTHONPATH; its output captured. A non-zero exit raises RuntimeError,
+    its error's last line first (what a table's FAILED row shows)."""
+    command = [sys.executable, "-c", "import sys; from engine.cli.commands import entry; sys.exit(entry())", *args]
+    entries = [str(p) for p in path] + [str(ROOT), os.environ.get("PYTHONPATH", "")]
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
+                          env=os.environ | {"PYTHONPATH": os.pathsep.join(e for e in entries if e)})
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        last = ([line for line in done.stderr.splitlines() if line.strip()] or [""])[-1]
+        what = " ".join(pathlib.Path(a).name if os.sep in str(a) else str(a) for a in args[:2])  # run x.toml
+        raise RuntimeError(f"rollsweep {what} exited {done.returncode}: {last}\n{done.stderr[-2000:]}")
+    return seconds, done
 
 
 def in_study_order(study, names) -> tuple[str, ...]:

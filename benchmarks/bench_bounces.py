@@ -41,14 +41,23 @@ import os
 import pathlib
 import re
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 import traceback
 
 import numpy as np
-from _common import add_tests_to_path, engine_end_to_end, machine, numba, print_table, record_row, sweep_text
+from _common import (
+    add_tests_to_path,
+    engine_end_to_end,
+    machine,
+    numba,
+    print_table,
+    record_row,
+    rollsweep_process,
+    sweep_text,
+)
+from _common import write_registration as register
 
 add_tests_to_path()
 import bouncing_ball as ball  # noqa: E402
@@ -317,17 +326,9 @@ def write_registration(folder: pathlib.Path) -> pathlib.Path:
     """What `pip install -e` of the study's package would add to the environment,
     in `folder` (a path entry of its own, not the shared environment): the
     package (a link to tests/bouncing_ball) and its distribution's metadata
-    with the entry point."""
-    folder.mkdir(parents=True, exist_ok=True)
-    link = folder / "bouncing_ball"
-    if not link.exists():
-        link.symlink_to(pathlib.Path(ball.__file__).resolve().parent, target_is_directory=True)
-    info = folder / "bouncing_ball-1.dist-info"
-    info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: bouncing_ball\nVersion: 1\n")
-    (info / "entry_points.txt").write_text("[rollsweep.studies]\n" + "".join(
-        f"{study.name} = bouncing_ball:{attribute}\n" for attribute, study in STUDIES.items()))
-    return folder
+    with the entry points (_common.write_registration)."""
+    return register(folder, pathlib.Path(ball.__file__).parent,
+                    {study.name: f"bouncing_ball:{attribute}" for attribute, study in STUDIES.items()})
 
 
 def sweep_toml(n_heights, n_restitutions, max_segments, out, study="bouncing_ball") -> str:
@@ -350,17 +351,9 @@ SOLVED = re.compile(r"points solved in ([0-9.]+) s")
 
 def rollsweep_run(sweep: pathlib.Path, registration: pathlib.Path) -> tuple[float, float]:
     """(wall seconds of one `rollsweep run` process, the seconds its own summary
-    says it solved in). The CLI of this checkout, whatever Python runs it (as
-    default_paths.rollsweep), with the study's registration on its path."""
-    command = [sys.executable, "-c", "import sys; from engine.cli.commands import entry; sys.exit(entry())",
-               "run", str(sweep), "--quiet", "--overwrite"]
-    path = os.pathsep.join(p for p in (str(registration), str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    start = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=os.environ | {"PYTHONPATH": path})
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:  # its error's last line first: what the table's row shows
-        last = ([line for line in done.stderr.splitlines() if line.strip()] or [""])[-1]
-        raise RuntimeError(f"rollsweep run {sweep.name} exited {done.returncode}: {last}\n{done.stderr[-2000:]}")
+    says it solved in). The CLI of this checkout, whatever Python runs it
+    (_common.rollsweep_process), with the study's registration on its path."""
+    seconds, done = rollsweep_process("run", str(sweep), "--quiet", "--overwrite", path=[registration])
     solved = SOLVED.search(done.stdout)
     return seconds, float(solved.group(1)) if solved else math.nan
 
