@@ -15,8 +15,10 @@ the compile cache), in --repeat rounds that alternate the sizes (a slow spell
 of a shared machine falls on both), best of the rounds. Per size: the rate of
 the run's own "solved in" figure (its summary line's points/s), the whole
 process's wall time and rate; between the two sizes the marginal rate (points
-difference / wall difference: the start-up cancels). Then one `rollsweep run
---profile` a size, its stage table printed: where the host time goes.
+difference / wall difference: the start-up cancels). Every run is a `rollsweep
+run --profile` (the stages are measured in every run; the flag prints them):
+the fastest round's stage table of each size is printed, where the host time
+goes.
 
 Beside it, in the same rounds, what a user would write instead: numpy
 computing the same two outputs and writing them into a zarr v3 store with the
@@ -42,6 +44,7 @@ import sys
 import tempfile
 import time
 
+import gpu_table  # its reading of a --profile table (standard library only)
 from _common import ROOT, TESTS, machine, record_row, rollsweep_process, sweep_text
 from _common import write_registration as register
 
@@ -154,7 +157,6 @@ def main(argv=None):
                         help="the two grids' points (each a x b: see grid_shape)")
     parser.add_argument("--repeat", type=int, default=3, help="rounds, each running every size once (best of)")
     parser.add_argument("--quick", action="store_true", help="1e4 and 1e5 points, one round: a smoke test")
-    parser.add_argument("--no-profile", action="store_true", help="skip the `--profile` run of each size")
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.repeat = (10_000, 100_000), 1
@@ -173,14 +175,14 @@ def main(argv=None):
             engine_process(sweep, registration)  # untimed: fills the compile cache
             sweeps.append(sweep)
             layouts.append(cube_layout(folder / f"{STUDY}_{n}.zarr"))
-        walls = [[] for _ in sizes]
-        solved = [[] for _ in sizes]
-        peer_walls = [[] for _ in sizes]
-        peer_own = [[] for _ in sizes]
+        walls, solved, peer_walls, peer_own = ([[] for _ in sizes] for _ in range(4))
+        profiles = [None] * len(sizes)  # the fastest run's stage table (--profile costs a run nothing: it prints)
         peer_process(shapes[0], layouts[0], folder / "peer_warm.zarr")  # untimed: the file cache warm
         for round_ in range(args.repeat):
             for k, (shape, n) in enumerate(zip(shapes, sizes, strict=True)):
-                wall, solved_in, _ = engine_process(sweeps[k], registration)
+                wall, solved_in, output = engine_process(sweeps[k], registration, "--profile")
+                if not walls[k] or wall < min(walls[k]):
+                    profiles[k] = profile_lines(output)
                 walls[k].append(wall)
                 solved[k].append(solved_in)
                 wall, own = peer_process(shape, layouts[k], folder / f"peer_{n}.zarr")
@@ -188,21 +190,19 @@ def main(argv=None):
                 peer_own[k].append(own)
                 print(f"round {round_ + 1}, {n:,} points: rollsweep run {walls[k][-1]:.2f} s (solved in "
                       f"{solved[k][-1]:.3f} s); numpy + zarr {peer_walls[k][-1]:.2f} s (own {own:.3f} s)", flush=True)
-        report(shapes, sizes, walls, solved, peer_walls, peer_own, layouts, args.repeat)
-        if not args.no_profile:
-            for k, n in enumerate(sizes):
-                _, _, output = engine_process(sweeps[k], registration, "--profile")
-                lines = profile_lines(output)
-                print(f"\n`rollsweep run --profile`, {n:,} points ({shapes[k][0]} x {shapes[k][1]}):")
-                print("\n".join(lines) if lines else "(no profile printed)")
-                record_row(f"rollsweep run --profile, {n:,} points", points=n, note="; ".join(
-                    re.sub(r"\s{2,}", " ", line.strip()) for line in lines), title=TITLE)
+        title = f"{TITLE}; best of {args.repeat} alternating rounds"
+        report(title, shapes, sizes, walls, solved, peer_walls, peer_own, layouts)
+        for k, n in enumerate(sizes):
+            print(f"\n`rollsweep run --profile`, {n:,} points ({shapes[k][0]} x {shapes[k][1]}), the fastest round's:")
+            print("\n".join(profiles[k]) if profiles[k] else "(no profile printed)")
+            record_row("rollsweep run --profile, the fastest round's stages", points=n, title=title,
+                       note=gpu_table.profile_note("\n".join(profiles[k] or [])).removeprefix("; "))
 
 
 TITLE = "the engine's own cost a point: nothing to solve, `rollsweep run` (host_cost.py)"
 
 
-def report(shapes, sizes, walls, solved, peer_walls, peer_own, layouts, repeat) -> None:
+def report(title, shapes, sizes, walls, solved, peer_walls, peer_own, layouts) -> None:
     """The table (printed, and each row recorded): per size the engine's rates and
     the peer's, the ratio engine / peer of each; the marginal rates between the sizes."""
     best = {name: [min(t) for t in times] for name, times in
@@ -230,7 +230,6 @@ def report(shapes, sizes, walls, solved, peer_walls, peer_own, layouts, repeat) 
             (f"numpy + zarr, marginal rate between the sizes ({span})", sizes[1], peer_margin, math.nan,
              f"whole processes {best['peer wall'][0]:.2f} -> {best['peer wall'][1]:.2f} s"),
         ]
-    title = f"{TITLE}; best of {repeat} alternating rounds"
     width = max(len(r[0]) for r in rows)
     print(f"\n{title}")
     print(f"{'method':<{width}} {'points':>12} {'points/s':>14} {'engine/peer':>12}  note")
