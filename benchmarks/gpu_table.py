@@ -29,6 +29,7 @@ TITLES = {
     "kernel": "fused solver by kernel backend (bench_kernel.py)",
     "bicycle": "bicycle (trail, speed) map, `rollsweep run`",
     "landing": "serve landing map (gpu_landing.py)",
+    "host": "the engine's own cost a point: nothing to solve, `rollsweep run` (host_cost.py)",
     "stream": "rolling ball, 1e8 points streamed to zarr (stream_large.py)",
 }
 RUN_SUMMARY = re.compile(r"([\d,]+) points solved in ([\d.]+) s \(([\d,]+) points/s\), ([\d,]+) of them failed")

@@ -128,3 +128,25 @@ def test_the_trials_few_tests_name_their_filter():
     assert row["method"] == "pytest, the default suite (not slow, not slurm), -k default_solver, 1 process"
     assert row["note"] == ("4 passed, 0 failed, 0 skipped, 0 errors in 31 s; "
                            "finished within its 210 s timeout (the part: 35 s)")
+
+
+def test_the_host_cost_parts_recorded_rows_are_its_table_rows(tmp_path, monkeypatch):
+    """host_cost.py records its rows itself (nothing parsed): the part's rows in
+    the table, each with its size, rate and engine / numpy+zarr ratio."""
+    import host_cost
+
+    rows = tmp_path / "rows.jsonl"
+    monkeypatch.setenv("ROLLSWEEP_BENCH_ROWS", str(rows))
+    monkeypatch.setenv("ROLLSWEEP_BENCH_PART", "host")
+    layout = {"chunks": [64, 1000], "codecs": []}
+    # best seconds: the runs' walls 2.5 / 3.0, 'solved in' 0.1 / 0.5; numpy + zarr's walls 1 / 2, own 0.2 / 1
+    host_cost.report("title", [(1000, 1000), (1000, 10000)], [1_000_000, 10_000_000], [[3.0, 2.5], [4.0, 3.0]],
+                     [[0.1], [0.5]], [[1.0], [2.0]], [[0.2], [1.0]], [layout, layout])
+    gpu_table.record(rows, "host", "0", "55.0", "60", tmp_path / "host.out", "runs.log")
+    table = gpu_table.table(rows)
+    title = gpu_table.TITLES["host"]
+    assert f"| {title} | rollsweep run, its own 'solved in' | 1,000,000 | 10.00M | 2 |" in table
+    assert f"| {title} | rollsweep run, whole process | 10,000,000 | 3.33M | 0.667 |" in table
+    assert (f"| {title} | rollsweep run, marginal rate between the sizes (1,000,000 -> 10,000,000) | 10,000,000 "
+            "| 18.00M | 2 | - | whole processes 2.50 -> 3.00 s |") in table
+    assert "FAILED" not in table
