@@ -13,7 +13,7 @@
 # 8.5 minutes); the last part gets whatever the others left of it.
 # Logs, in $OUT (default gpu-logs/ in the checkout), few files since at most 8
 # come back from the machine: setup.log, tests.log, bench.log (bench_gpu,
-# bench_kernel, gpu_landing), runs.log (the `rollsweep run`s and the 1e8
+# bench_kernel, gpu_landing), runs.log (the `rollsweep run`s, host_cost and the 1e8
 # stream), rows.jsonl (the rows the table is made of), table.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -163,6 +163,14 @@ part bicycle-warm runs.log 30 "${ROLLSWEEP[@]}" run "$BICYCLE" --out "$WORK/bicy
 # ---- 6. the serve landing map: the engine's compiled calls against plain jit(vmap(diffrax))
 # (gpu_landing.py: bench_landing.py's grid and reference, without its many other compilations).
 part landing bench.log 40 python3 benchmarks/gpu_landing.py "${LANDING[@]}"
+
+# ---- 6b. the engine's own cost a point: `rollsweep run` of an outside study with nothing to
+# solve (tests/nothing_to_solve: sum and product of two parameters) at 1e6 and 1e7 points, the
+# default path, whole processes in two alternating rounds, against numpy + zarr writing the same
+# values; each run's --profile stages (benchmarks/host_cost.py; SMALL: 1e4 and 1e5, one round).
+HOST=(--repeat 2)
+[ "$SMALL" = 1 ] && HOST=(--quick)
+part host runs.log 60 python3 benchmarks/host_cost.py "${HOST[@]}"
 
 # ---- 7. 1e8 points end to end into a zarr cube, peak host memory: whatever time is left.
 part stream runs.log $((DEADLINE - SECONDS)) python3 benchmarks/stream_large.py --study pingpong --side "$SIDE"
