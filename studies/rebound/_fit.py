@@ -10,8 +10,6 @@ import importlib.resources
 import io
 
 import numpy as np
-import xarray as xr
-from scipy.optimize import lsq_linear
 
 from ._bounce import CLASSICAL, LEARNED, MODEL_NAMES, PHYSICAL
 
@@ -21,8 +19,10 @@ RADIUS = 0.02  # m, the seed's ball
 PAPER_RESTITUTION, PAPER_FRICTION = 0.8788, 0.1049
 
 
-def load_table1() -> xr.Dataset:
+def load_table1() -> "xarray.Dataset":
     """The 12 measured bounces: incoming/outgoing velocity (m/s) and spin (rad/s)."""
+    import xarray as xr  # here, not with the study: a sweep of it that never reads the table runs without xarray
+
     text = (importlib.resources.files(__package__) / "data" / "table1.csv").read_text()
     table = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
     rows = np.genfromtxt(io.StringIO(table), delimiter=",", names=True)
@@ -54,6 +54,8 @@ def _equations(data, r=RADIUS):
 
 
 def _solve(A, b, components, bounds=(-np.inf, np.inf)):
+    from scipy.optimize import lsq_linear  # here: scipy.optimize costs an import of 0.3 s
+
     rows = np.concatenate([A[c] for c in components])
     rhs = np.concatenate([b[c] for c in components])
     eta, e = lsq_linear(rows, rhs, bounds=bounds, method="bvls", tol=1e-15).x
@@ -112,12 +114,14 @@ def predict(data, model, restitution, friction, r=RADIUS):
     return np.asarray(ve), np.asarray(we)
 
 
-def model_comparison(data=None, restitution=None, friction=PAPER_FRICTION) -> xr.Dataset:
+def model_comparison(data=None, restitution=None, friction=PAPER_FRICTION) -> "xarray.Dataset":
     """Per-model, per-component error statistics against Table 1.
 
     error = measured - predicted; mean, max |error| and sample variance (n - 1),
     as in the seed's Table 2. restitution defaults to the eq. (13) fit.
     """
+    import xarray as xr
+
     data = load_table1() if data is None else data
     e = fit_physical(data)["restitution"] if restitution is None else restitution
     stats = np.empty((3, 6, 3))
