@@ -270,7 +270,8 @@ def table(rows_file) -> str:
             f"parts (wall/timeout): {times}", ""]
     foot = ["", "ratio: rolling-ball rows, against the engine's default solver at the same size (the fused kernel "
             "on a GPU); `rollsweep run`, against the fused kernel's compiled calls at the same size (else the "
-            "default solver's); landing rows, against the engine's compiled calls. max error: against the closed "
+            "default solver's); landing rows, against the engine's compiled calls; host_cost rows, the engine "
+            "against numpy + zarr writing the same values, in the same figure. max error: against the closed "
             "form (rolling ball); against scipy DOP853 at rtol 1e-13 (landing: landing point, flight time, "
             "outcomes that differ)."]
     return "\n".join(head + out + foot) + "\n"
