@@ -8,8 +8,12 @@ are stacked and solved by least squares.
 import functools
 import importlib.resources
 import io
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import xarray
 
 from ._bounce import CLASSICAL, LEARNED, MODEL_NAMES, PHYSICAL
 

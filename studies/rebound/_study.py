@@ -5,6 +5,7 @@ table/racket" (seed 001), restated in the project's specification.
 """
 
 import functools
+
 import jax.numpy as jnp
 
 from engine import Interval, Output, Parameter, PointResult, Status, Study, demo_configs, vectormath
