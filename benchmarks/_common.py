@@ -33,6 +33,24 @@ except ImportError:  # the bench extra is not installed
     numba = None
 
 
+def numba_cuda_namespace(source: str, filename: str) -> dict | None:
+    """The names a numba-CUDA peer's source defines, compiled as `filename`
+    (None: no numba or no CUDA device). numba-cuda (<= 0.30.4) overloads
+    np.row_stack, which numpy 2.5 removed: its first kernel compile raises
+    AttributeError without this alias."""
+    if numba is None:
+        return None
+    from numba import cuda
+
+    if not cuda.is_available():
+        return None
+    if not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack
+    namespace = {}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace
+
+
 def add_tests_to_path():
     """The reference values live in tests/ (closed forms, published tables)."""
     if str(TESTS) not in sys.path:

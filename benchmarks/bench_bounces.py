@@ -52,6 +52,7 @@ from _common import (
     engine_end_to_end,
     machine,
     numba,
+    numba_cuda_namespace,
     print_table,
     record_row,
     rollsweep_process,
@@ -273,17 +274,11 @@ def sweep_kernel(heights, restitutions, rest, impacts, steps, min_speed, g, rtol
 
 def cuda_sweep():
     """The numba-CUDA peer as a function like numba_sweep's (None: no numba or no CUDA device)."""
-    if numba is None:
+    namespace = numba_cuda_namespace(cuda_source(), "bounces_numba_cuda")
+    if namespace is None:
         return None
     from numba import cuda
 
-    if not cuda.is_available():
-        return None
-    # numba-cuda (<= 0.30.4) overloads np.row_stack, which numpy 2.5 removed (see bench_gpu).
-    if not hasattr(np, "row_stack"):
-        np.row_stack = np.vstack
-    namespace = {}
-    exec(compile(cuda_source(), "bounces_numba_cuda", "exec"), namespace)
     kernel = namespace["sweep_kernel"]
 
     def run(heights, restitutions):

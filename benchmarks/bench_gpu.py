@@ -27,7 +27,16 @@ import sys
 import traceback
 
 import numpy as np
-from _common import add_tests_to_path, best_of, machine, numba, pad_to_batch, print_table, record_row
+from _common import (
+    add_tests_to_path,
+    best_of,
+    machine,
+    numba,
+    numba_cuda_namespace,
+    pad_to_batch,
+    print_table,
+    record_row,
+)
 
 add_tests_to_path()
 import bench_pingpong as pingpong  # noqa: E402
@@ -78,18 +87,11 @@ def sweep_kernel(qs, out, beta, mu, g, r, delta, rtol, atol):
 
 def cuda_sweep():
     """The numba CUDA sweep as a function of the spin ratios (None: no CUDA device)."""
-    if numba is None:
+    namespace = numba_cuda_namespace(cuda_source(), "pingpong_numba_cuda")
+    if namespace is None:
         return None
     from numba import cuda
 
-    if not cuda.is_available():
-        return None
-    # numba-cuda (<= 0.30.4) overloads np.row_stack, which numpy 2.5 removed: its
-    # first kernel compile raises AttributeError without this alias.
-    if not hasattr(np, "row_stack"):
-        np.row_stack = np.vstack
-    namespace = {}
-    exec(compile(cuda_source(), "pingpong_numba_cuda", "exec"), namespace)
     kernel = namespace["sweep_kernel"]
 
     def sweep(qs):
