@@ -5,16 +5,17 @@ import tomllib
 
 import numpy as np
 
-from engine.cube.store import Cube
 from engine.errors import StoreError
 from engine.study.interface import load_study
 
-# matplotlib is imported by plot_cube: the studies import scale_axes at every
-# run, which never draws.
+# matplotlib and the store (zarr) are imported by plot_cube: the studies import
+# scale_axes at every run, and `validate`, which never draws nor opens a cube.
 
 
 def plot_cube(path, out=None) -> list[pathlib.Path]:
     import matplotlib.pyplot as plt
+
+    from engine.cube.store import Cube
     path = pathlib.Path(path)
     cube = Cube(path)
     attrs = cube.attrs
