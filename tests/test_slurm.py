@@ -125,9 +125,9 @@ def test_cancelled_array_tasks_then_resubmission_completes_identically(slurm, tm
     path = make_sweep(tmp_path, "cancelled", n=81, shard=2, tasks=4)
     store = tmp_path / "cancelled.zarr"
     array_job, check_job = submit(path)
-    deadline = time.time() + 120
-    while len(Markers(store).done("grid")) < 2 and time.time() < deadline:
-        time.sleep(0.1)
+    # Cancelled at once: a task solves its shards in one call and marks them within
+    # milliseconds, so waiting for a first done marker let every task finish first
+    # (a warm task takes about a second). Tasks 0 and 2 still run.
     subprocess.run(["scancel", f"{array_job}_1", f"{array_job}_3"], check=True)
     wait_for_jobs([array_job, check_job])
     done = len(Markers(store).done("grid"))
