@@ -33,6 +33,20 @@ except ImportError:  # the bench extra is not installed
     numba = None
 
 
+# Dormand-Prince 5(4) for the numba peers' sources: stages, 5th-order weights,
+# error weights (5th - 4th) and the dense output's coefficients (Hairer and
+# Wanner's DOPRI5, CONTD5), as module-level constants of the generated code.
+DOPRI5_CONSTANTS = """
+A21=1/5; A31=3/40; A32=9/40; A41=44/45; A42=-56/15; A43=32/9
+A51=19372/6561; A52=-25360/2187; A53=64448/6561; A54=-212/729
+A61=9017/3168; A62=-355/33; A63=46732/5247; A64=49/176; A65=-5103/18656
+B1=35/384; B3=500/1113; B4=125/192; B5=-2187/6784; B6=11/84
+E1=71/57600; E3=-71/16695; E4=71/1920; E5=-17253/339200; E6=22/525; E7=-1/40
+D1=-12715105075/11282082432; D3=87487479700/32700410799; D4=-10690763975/1880347072
+D5=701980252875/199316789632; D6=-1453857185/822651844; D7=69997945/29380423
+"""
+
+
 def numba_cuda_namespace(source: str, filename: str) -> dict | None:
     """The names a numba-CUDA peer's source defines, compiled as `filename`
     (None: no numba or no CUDA device). numba-cuda (<= 0.30.4) overloads

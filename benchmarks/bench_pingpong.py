@@ -17,7 +17,16 @@ import tempfile
 import time
 
 import numpy as np
-from _common import add_tests_to_path, best_of, engine_end_to_end, machine, numba, print_table, scaling_line
+from _common import (
+    DOPRI5_CONSTANTS,
+    add_tests_to_path,
+    best_of,
+    engine_end_to_end,
+    machine,
+    numba,
+    print_table,
+    scaling_line,
+)
 
 add_tests_to_path()
 import diffrax  # noqa: E402
@@ -91,13 +100,7 @@ def diffrax_final(q):
 NUMBA_SOURCE = '''
 import numpy as np
 from numba import njit, prange
-
-A21=1/5; A31=3/40; A32=9/40; A41=44/45; A42=-56/15; A43=32/9
-A51=19372/6561; A52=-25360/2187; A53=64448/6561; A54=-212/729
-A61=9017/3168; A62=-355/33; A63=46732/5247; A64=49/176; A65=-5103/18656
-B1=35/384; B3=500/1113; B4=125/192; B5=-2187/6784; B6=11/84
-E1=71/57600; E3=-71/16695; E4=71/1920; E5=-17253/339200; E6=22/525; E7=-1/40
-
+''' + DOPRI5_CONSTANTS + '''
 @njit(inline="always")
 def f(phase, v, w, beta, mu, g, r, delta, lam):
     # returns (xdot, vdot, thdot, wdot) for state (x, v, th, w)
