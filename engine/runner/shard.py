@@ -63,10 +63,7 @@ def run_grid_task(cube: Cube, plan: Plan, task: Task) -> dict:
     params = _point_params(sweep, sweep.axis_names, columns, task.points)
     result = evaluate(sweep.study, sweep.solver, params, outputs=sweep.outputs, plan=plan)
     flat = dict(result.outputs, status=result.status, num_steps=result.num_steps, num_events=result.num_events)
-    regions = _regions(grid, task, flat)
-    with stages.stage("writes"):
-        digests = cube.write_regions(regions)
-    return _finish(cube, task, result.status, start, digests)
+    return _finish(cube, task, result.status, start, _regions(grid, task, flat))
 
 
 def run_critical_task(cube: Cube, plan: Plan, task: Task) -> dict:
@@ -87,15 +84,15 @@ def run_critical_task(cube: Cube, plan: Plan, task: Task) -> dict:
     # searched together find the roots they would find apart.
     roots, status = find_critical(output_at, c.bracket, c.target, c.xtol, task.points)
     name = critical_name(sweep)
-    regions = _regions(layout, task, {name: roots, f"{name}_status": status})
+    return _finish(cube, task, status, start, _regions(layout, task, {name: roots, f"{name}_status": status}))
+
+
+def _finish(cube: Cube, task: Task, status, start, regions) -> dict:
+    """Each shard's region written, then each shard marked done (the digests of
+    what it wrote, its points' failures and its share of the task's time), and
+    the task's report."""
     with stages.stage("writes"):
         digests = cube.write_regions(regions)
-    return _finish(cube, task, status, start, digests)
-
-
-def _finish(cube: Cube, task: Task, status, start, digests) -> dict:
-    """Each shard of the task marked done (its digests, its points' failures and
-    its share of the task's time), and the task's report."""
     seconds = time.perf_counter() - start
     solved_on = device_name()
     failed = 0
