@@ -28,8 +28,8 @@ RUN_STAGES = (
 TASK_STAGES = (
     ("packing", "host work on a task's points: columns built, padded, outputs cut into shards"),
     ("compile", "the solver's program traced or loaded and compiled, and threads waiting for it"),
-    ("copy in", "parameters copied to the device"),
-    ("device", "compiled calls running, from queued to finished"),
+    ("copy in", "parameters' copies to the device issued"),
+    ("device", "compiled calls (and their inputs' copies) running, from queued to finished"),
     ("copy out", "results copied back from the device"),
     ("writes", "the shards' regions written into the store"),
     ("markers", "the shards' done markers written"),
@@ -49,22 +49,24 @@ class Clock:
         self._stack = [default]
         self._since = time.perf_counter()
 
-    def _charge(self, now: float) -> None:
+    def _charge(self) -> None:
+        """The time since the last change charged to the innermost stage."""
+        now = time.perf_counter()
         name = self._stack[-1]
         self.seconds[name] = self.seconds.get(name, 0.0) + (now - self._since)
         self._since = now
 
     def enter(self, name: str) -> None:
-        self._charge(time.perf_counter())
+        self._charge()
         self._stack.append(name)
 
     def leave(self) -> None:
-        self._charge(time.perf_counter())
+        self._charge()
         self._stack.pop()
 
     def stop(self) -> dict[str, float]:
         """The seconds so far, the running stage charged up to now."""
-        self._charge(time.perf_counter())
+        self._charge()
         return dict(self.seconds)
 
 

@@ -170,9 +170,9 @@ def evaluate(
         else:  # padded with copies of the batch's first point: same compiled shape every call
             take = np.concatenate([np.arange(start, stop), np.full(batch - (stop - start), start)])
             args = {k: v[take] for k, v in columns.items()}
-        if accelerator:  # the varying columns copied in (on CPU the call reads them where they are)
-            with stages.stage("copy in"):
-                args = jax.block_until_ready(jax.device_put(args))
+        if accelerator:  # the varying columns' copies issued (on CPU the call reads them where they are);
+            with stages.stage("copy in"):  # not waited for here: the call queues behind them
+                args = jax.device_put(args)
         args |= fixed
         with stages.stage("device"):  # queued; on CPU the call may run here
             call = fn(args, np.int32(stop - start))
