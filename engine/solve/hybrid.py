@@ -450,20 +450,20 @@ def reads_event_log(finish, params, solution: HybridSolution, settings: SolverSe
     solution's event log (event_t, event_y, event_code): its traced program
     read backwards from its results. An operation with side effects counts as
     reading all its inputs."""
+    def finish_of_log(p, sol, *log):  # the log as the program's last three inputs
+        return finish(p, dataclasses.replace(sol, **dict(zip(_EVENT_LOG, log, strict=True))), settings)
+
+    # Shapes, not values: `params` may be a vmapped trace's.
     shapes = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)),
-                                    (params, solution))
-    leaves, tree = jax.tree_util.tree_flatten(shapes)
-
-    def flat_finish(*values):
-        p, sol = jax.tree_util.tree_unflatten(tree, values)
-        return finish(p, sol, settings)
-
-    jaxpr = jax.make_jaxpr(flat_finish)(*leaves).jaxpr
+                                    (params, solution, *(getattr(solution, k) for k in _EVENT_LOG)))
+    jaxpr = jax.make_jaxpr(finish_of_log)(*shapes).jaxpr
     live = {v for v in jaxpr.outvars if not hasattr(v, "val")}  # variables, not literals
     for eqn in reversed(jaxpr.eqns):
         if eqn.effects or any(v in live for v in eqn.outvars):
             live.update(v for v in eqn.invars if not hasattr(v, "val"))
-    log = {id(getattr(solution, k)) for k in ("event_t", "event_y", "event_code")}
-    log_leaves = [i for i, leaf in enumerate(jax.tree_util.tree_leaves((params, solution))) if id(leaf) in log]
-    return any(jaxpr.invars[i] in live for i in log_leaves)
+    return any(v in live for v in jaxpr.invars[-len(_EVENT_LOG):])
+
+
+# A solution's event log: what HybridPoint.log_rows keeps only where a finish reads it.
+_EVENT_LOG = ("event_t", "event_y", "event_code")
 
