@@ -8,9 +8,7 @@ imported them all). The accessor `ds.rollsweep` is registered as soon as
 xarray is imported, by whoever imports it (engine.cube.accessor.when_imported).
 """
 
-import gc
-import importlib
-
+from engine._imports import import_paused as _import_paused
 from engine._version import __version__ as __version__
 
 # name -> the module that defines it
@@ -48,18 +46,7 @@ def __getattr__(name: str):
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'engine' has no attribute {name!r}")
-    # The imports (JAX, diffrax, zarr: some 200,000 objects that live as long as
-    # the process) run with the cyclic collector paused: each collection it
-    # started on the way traversed everything imported so far. Measured on 2
-    # cores: `rollsweep run` of 100,000 points, whole processes, 0.1 s less.
-    # The collector's state is restored however the imports end.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        value = getattr(importlib.import_module(module), name)
-    finally:
-        if collecting:
-            gc.enable()
+    value = getattr(_import_paused(module), name)
     globals()[name] = value  # asked once
     return value
 

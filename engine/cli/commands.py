@@ -2,13 +2,13 @@
 
 import argparse
 import gc
-import importlib
 import os
 import pathlib
 import signal
 import sys
 import threading
 
+from engine._imports import import_paused
 from engine.errors import ConfigError, StoreError
 
 EXIT_BAD_INPUT = 2
@@ -354,17 +354,9 @@ def main(argv=None, freeze: bool = False) -> int:
 
 def _import_command(args, freeze: bool) -> None:
     """The command's module (and so what it imports: JAX, zarr, ... for a run;
-    nothing of them for --help) with the cyclic collector paused: each
-    collection started on the way traversed everything imported so far (0.1 s
-    of a 100,000-point run). `freeze`: then keep all of it out of later
-    collections. The collector's state is restored however the imports end."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        importlib.import_module(args.module)
-    finally:
-        if collecting:
-            gc.enable()
+    nothing of them for --help), with the cyclic collector paused
+    (engine._imports). `freeze`: then keep all of it out of later collections."""
+    import_paused(args.module)
     if freeze:
         gc.freeze()
 
