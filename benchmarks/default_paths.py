@@ -19,32 +19,21 @@ Run: python benchmarks/default_paths.py [--quick] [--repeat 5]
 
 import argparse
 import math
-import os
 import pathlib
-import subprocess
-import sys
 import tempfile
-import time
 
 import numpy as np
-from _common import add_tests_to_path, best_of, machine, numba, sweep_text
+from _common import add_tests_to_path, best_of, machine, numba, rollsweep_process, sweep_text
 
 add_tests_to_path()
 import bench_bicycle  # noqa: E402
 import bench_pingpong  # noqa: E402
 import bench_rebound  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-
 
 def rollsweep(*args) -> float:
-    """Wall seconds of one `rollsweep ...` process (from this checkout, whatever
-    Python runs it: no script looked for beside the interpreter)."""
-    command = [sys.executable, "-c", "import sys; from engine.cli.commands import entry; sys.exit(entry())", *args]
-    start = time.perf_counter()
-    subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
-                   env=os.environ | {"PYTHONPATH": str(ROOT)})
-    return time.perf_counter() - start
+    """Wall seconds of one `rollsweep ...` process (_common.rollsweep_process)."""
+    return rollsweep_process(*args)[0]
 
 
 def default_path_rate(study, axes_for, sizes, repeat, folder, solver=None, outputs=None) -> tuple[float, list[float]]:

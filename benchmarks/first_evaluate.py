@@ -25,7 +25,7 @@ start = time.perf_counter()
 import numpy as np
 from engine import SolverSettings
 from engine._jax_setup import configure
-from engine.solve import SOLVERS, evaluate
+from engine.solve import evaluate
 from engine.study.interface import load_study
 configure()
 import jax
