@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from engine import Status
+from engine.cube.chunks import digest
 from engine.cube.markers import Markers
-from engine.cube.store import StoreError, digest, open_cube
+from engine.cube.store import StoreError, open_cube
 from engine.runner.cost import plan_for
 from engine.runner.execute import default_workers, run
 from engine.runner.tasks import task_points

@@ -11,21 +11,20 @@ not at all. Each shard then writes only its own chunks and afterwards drops a
 done marker: a store killed at any moment loses at most the shards in flight.
 """
 
-import asyncio
+import concurrent.futures
 import contextlib
 import os
 import pathlib
 import shutil
 import uuid
 import warnings
-import zlib
 
-import numpy as np
 import zarr
 import zarr.api.asynchronous
 
 from engine.cube import structure
 from engine.cube.aio import sync
+from engine.cube.chunks import ChunkWriter, pool
 from engine.cube.markers import GRID, Markers
 from engine.cube.structure import STORE_FORMAT
 from engine.errors import StoreError
@@ -54,16 +53,6 @@ def open_cube(path):
         return xr.open_zarr(path, consolidated=True)
 
 
-def digest(values: np.ndarray) -> str:
-    """Checksum of an array's values as a reader gets them. NaNs count as one
-    value: a chunk that is all NaN, the fill value, is not stored and reads back
-    as the canonical NaN whatever NaN was written."""
-    values = np.ascontiguousarray(values)
-    if values.dtype.kind == "f" and np.isnan(values).any():
-        values = np.where(np.isnan(values), np.nan, values).astype(values.dtype)
-    return f"{zlib.crc32(memoryview(values).cast('B')):08x}"  # the bytes in place, not a copy
-
-
 class Cube:
     """The store at `path`, made by `sweep` (read from the store's attributes
     when not given: `Cube(path).sweep`). Nothing is read until asked."""
@@ -72,7 +61,7 @@ class Cube:
         self.path = pathlib.Path(path)
         self.markers = Markers(self.path)
         self._sweep = sweep
-        self._arrays: dict = {}  # name -> the open zarr array this process writes
+        self._arrays: dict = {}  # name -> the ChunkWriter of an array this process writes
 
     def __reduce__(self):
         # To a dask worker or a SLURM task: the path and the resolved sweep, never
@@ -163,39 +152,29 @@ class Cube:
             zarr.consolidate_metadata(self.path)
 
     async def _open_arrays(self, names) -> dict:
+        group = await zarr.api.asynchronous.open_group(self.path, mode="r+")
+        return {name: await group.getitem(name) for name in names}
+
+    def _writers(self, names) -> dict[str, ChunkWriter]:
         # Opened once per process and cube: opening a store's arrays (reading
         # their metadata) cost ~3 ms a shard, as much as writing three of them.
         missing = [name for name in names if name not in self._arrays]
         if missing:
-            group = await zarr.api.asynchronous.open_group(self.path, mode="r+")
-            self._arrays = self._arrays | {name: await group.getitem(name) for name in missing}
+            with quiet_zarr():
+                opened = sync(self._open_arrays(missing))
+            self._arrays = self._arrays | {name: ChunkWriter(self.path, name, a) for name, a in opened.items()}
         return self._arrays
 
     def write_regions(self, regions) -> list[dict[str, str]]:
         """Write shards' arrays: `regions` is a list of (region, values), values
-        mapping names to arrays shaped like the region. Returns each shard's
-        checksums (name -> digest) for its done marker.
-
-        All arrays of all the shards at once on zarr's event loop: written one
-        after another, each write waits for its own round trip (1.8 ms per array
-        on a 2-core machine, most of a cheap study's shard time)."""
-        names = list(dict.fromkeys(name for _, values in regions for name in values))
-        with quiet_zarr():
-            arrays = sync(self._open_arrays(names))
-        # As read back; checksums here, on the task's thread: on the loop's thread,
-        # every task's waited in one queue.
-        regions = [(region, {name: np.asarray(array, dtype=arrays[name].dtype) for name, array in values.items()})
-                   for region, values in regions]
-        digests = [{name: digest(array) for name, array in values.items()} for _, values in regions]
-
-        async def write(region, name, array):
-            target = arrays[name]
-            await target.setitem(region + (slice(None),) * (target.ndim - len(region)), array)
-
-        async def write_all():
-            await asyncio.gather(*(write(region, name, array) for region, values in regions
-                                   for name, array in values.items()))
-
-        with quiet_zarr():
-            sync(write_all())
-        return digests
+        mapping names to arrays shaped like the region (a shard: one chunk of
+        each). Returns each shard's checksums (name -> digest) for its done
+        marker. Every chunk is a job of the process's chunk writers
+        (engine.cube.chunks), all of them at once; it returns once every one
+        has ended, and raises the first error (a full disk) after that."""
+        writers = self._writers(list(dict.fromkeys(name for _, values in regions for name in values)))
+        writing = pool()
+        jobs = [{name: writing.submit(writers[name].write, region, array) for name, array in values.items()}
+                for region, values in regions]
+        concurrent.futures.wait([job for shard in jobs for job in shard.values()])
+        return [{name: job.result() for name, job in shard.items()} for shard in jobs]

@@ -11,8 +11,9 @@ import math
 
 import numpy as np
 
+from engine.cube.chunks import digest
 from engine.cube.markers import GRID
-from engine.cube.store import Cube, digest, quiet_zarr
+from engine.cube.store import Cube, quiet_zarr
 from engine.cube.structure import kind_arrays
 from engine.study.status import Status
 
