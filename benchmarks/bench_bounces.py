@@ -416,10 +416,11 @@ def in_process_method(text_for):
     return measured(run)
 
 
-def in_process_methods(heights, restitutions, skipped: list, failed: dict, room: dict) -> tuple[dict, str]:
+def in_process_methods(heights, restitutions, skipped: list, failed: dict, room: dict,
+                       one_thread: bool = True) -> tuple[dict, str]:
     """label -> a method (see measured): the engine's compiled calls of each study at each max_segments, and the numba
     peers; and the CPU peer's label (the table's reference). room: (what, study)
-    -> {max_segments: label}, filled."""
+    -> {max_segments: label}, filled. one_thread: also the CPU peer on one thread."""
     import jax
 
     methods = {}
@@ -436,7 +437,7 @@ def in_process_methods(heights, restitutions, skipped: list, failed: dict, room:
     cpu_peer = numba_sweep()
     if cpu_peer is not None:
         methods[cpu_label] = timed(lambda: cpu_peer(heights, restitutions))
-        if threads > 1:  # one core's worth, beside the engine's compiled calls (one call: one thread)
+        if one_thread and threads > 1:  # one core's worth, beside the engine's compiled calls (one call: one thread)
             methods["numba, the same on 1 thread"] = timed(lambda: one_thread(cpu_peer, heights, restitutions))
     else:
         skipped.append((cpu_label, "numba not installed: pip install -e '.[bench]'"))
@@ -478,6 +479,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (every method once a round)")
     parser.add_argument("--quick", action="store_true", help="a 16 x 16 grid, one round: a smoke test")
     parser.add_argument("--cudasim-check", action="store_true", help="only check the CUDA kernel (simulator)")
+    parser.add_argument("--calls-only", action="store_true",
+                        help="only the compiled calls and the numba peers, no rollsweep processes (a GPU lease)")
     args = parser.parse_args()
     if args.cudasim_check:
         raise SystemExit(cudasim_check())
@@ -487,21 +490,23 @@ def main():
     exact = ball.closed_form(heights, restitutions)
 
     failed, skipped, room = {}, [], {}
-    methods, reference = in_process_methods(heights, restitutions, skipped, failed, room)
+    methods, reference = in_process_methods(heights, restitutions, skipped, failed, room,
+                                            one_thread=not args.calls_only)
     with tempfile.TemporaryDirectory(prefix="rollsweep_bounces_") as tmp:
         folder = pathlib.Path(tmp)
         registration = write_registration(folder / "site")
-        sys.path.append(str(registration))  # the studies found by their entry points, as the processes find them
-        methods[f"engine: engine.run in this process (warm), rest time from sol.t, max_segments {MAX_SEGMENTS}"] = (
-            in_process_method(lambda out: sweep_toml(args.grid, args.grid, MAX_SEGMENTS, out)))
         cubes = {}  # a process's label -> its sweep file (the cube read at the end)
-        for study in STUDIES.values():
+        sys.path.append(str(registration))  # the studies found by their entry points, as the processes find them
+        for study in () if args.calls_only else STUDIES.values():
             for segments in SEGMENTS:
                 label = (f"engine: rollsweep run, default path, rest time from {READS[study.name]}, "
                          f"max_segments {segments}{THE_SWEEPS[segments]}")
                 cubes[label] = sweep_file(folder, args.grid, args.grid, segments, study.name)
                 methods[label] = process_method(cubes[label], registration)
                 room.setdefault(("rollsweep run", study.name), {})[segments] = label
+        if not args.calls_only:
+            methods[f"engine: engine.run in this process (warm), rest time from sol.t, max_segments {MAX_SEGMENTS}"] = (
+                in_process_method(lambda out: sweep_toml(args.grid, args.grid, MAX_SEGMENTS, out)))
         times = {label: [] for label in methods}  # each round's seconds
         cpu = {label: [] for label in methods}  # each round's CPU seconds
         solved = {label: [] for label in cubes}  # each round's 'solved in' seconds

@@ -149,6 +149,14 @@ else
     python3 benchmarks/gpu_table.py skip "$ROWS" kernel "benchmarks/bench_kernel.py not in this checkout"
 fi
 
+# ---- 4b. many events a point (tests/bouncing_ball: 20.6 impacts a point, 92 at most): the
+# engine's compiled calls (the study as written and reading its event log, max_segments 512,
+# 128, 1024) against numba DP5 on every CPU thread and numba-CUDA, errors against the closed
+# form; 10^6 points (SMALL: 16 x 16).
+BOUNCES=(--calls-only --grid 1000 --rounds 2)
+[ "$SMALL" = 1 ] && BOUNCES=(--calls-only --quick)
+part bounces bench.log 90 python3 benchmarks/bench_bounces.py "${BOUNCES[@]}"
+
 # ---- 5. the bicycle's (trail, speed) map, 10^6 points, as its config file says.
 BICYCLE=configs/bicycle_trail_speed.toml
 if [ "$SMALL" = 1 ]; then  # 101 speeds instead of 10,001: 10^4 points
