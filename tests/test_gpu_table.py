@@ -73,8 +73,10 @@ out = "{tmp_path / 'cube.zarr'}"
     output = capsys.readouterr().out
     rows = gpu_table.parsed_rows("run1m-default", output, 9.0)
     assert len(rows) == 2
-    for row in rows:
+    walls = [float(w) for w in re.findall(r"where the time went: ([\d.]+) s in all", output)]
+    for row, wall in zip(rows, walls, strict=True):
         note = row["note"]
+        assert f"whole process {wall:.1f} s" in note, note  # its own run's, not the part's 9 s
         assert "; stages: planning " in note and ", store " in note and ", closing " in note, note
         assert re.search(r"solving [\d.]+ s \(.*waiting \d+%", note), note
 
