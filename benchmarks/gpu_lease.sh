@@ -128,11 +128,13 @@ done
 RS=$(printf '%q ' "${ROLLSWEEP[@]}")
 # KERNEL_BACKENDS="cuda pallas": the runs again with each kernel backend of the fused
 # solver (ROLLSWEEP_KERNEL_BACKEND); default: the engine's own choice.
+# (`&& true`: else bash execs the last run in its own process, whose start-up stage, counted
+# from the process's start, would then hold the two runs before it.)
 for backend in ${KERNEL_BACKENDS:-default}; do
     part "run1m-$backend" runs.log 75 env ROLLSWEEP_KERNEL_BACKEND="${backend/default/}" bash -c "
         $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite --profile &&
         $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite --profile &&
-        $RS run $WORK/run$((4 * RUN_POINTS)).toml --quiet --overwrite --profile"
+        $RS run $WORK/run$((4 * RUN_POINTS)).toml --quiet --overwrite --profile && true"
 done
 
 # ---- 3b. where the 1M-point run's process spends its time: imports, sweep parsed, store
