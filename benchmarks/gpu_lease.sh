@@ -98,9 +98,11 @@ fi
 # lists each skip's reason (tests marked cpu_only) and the 20 slowest tests.
 # ROLLSWEEP_BENCH_ROWS unset: a test that runs a benchmark's code adds no row here.
 CORES=$(nproc 2>/dev/null || echo 4)
-PYTEST=(env -u ROLLSWEEP_BENCH_ROWS python3 -m pytest -p no:cacheprovider -p no:benchmark -q
+PYTEST=(env -u ROLLSWEEP_BENCH_ROWS python3 -m pytest -p no:cacheprovider -p no:benchmark
         -m "not slow and not slurm" --durations=20)
-python3 -c 'import xdist' 2>/dev/null && PYTEST+=(-n "$((CORES > 3 ? CORES - 2 : 1))")
+# -v under xdist: each test's result is a line as it ends, so that a suite cut off by its
+# timeout still names the tests that failed (the summary comes only at the end).
+if python3 -c 'import xdist' 2>/dev/null; then PYTEST+=(-v -n "$((CORES > 3 ? CORES - 2 : 1))"); else PYTEST+=(-q); fi
 [ "$SMALL" = 1 ] && PYTEST+=(-k default_solver)  # the trial: a few quick tests, the same parsing
 part tests tests.log "${TESTS_S:-180}" "${PYTEST[@]}"
 

@@ -37,6 +37,9 @@ PYTEST_SUMMARY = re.compile(r"^=*\s*((?:\d+ \w+(?:, )?)+)(?: in ([\d.]+)s)?", re
 # Where each test's outcome ends up: the counts of pytest's summary line, else (a run
 # cut off before it) the progress characters of `pytest -q` (xdist's too).
 OUTCOMES = {"passed": ".", "failed": "F", "skipped": "s", "error": "E"}
+# A result line of `pytest -v` under xdist, written as each test ends (so a run cut off
+# by its timeout still names its failures): "[gw3] [ 41%] FAILED tests/test_x.py::name".
+VERBOSE = re.compile(r"^\[gw\d+\] \[\s*\d+%\] (PASSED|FAILED|SKIPPED|ERROR) tests/", re.MULTILINE)
 FAILURES_NAMED = 5  # the failed tests a row names (the log has them all)
 
 
@@ -82,15 +85,18 @@ def pytest_row(output: str, seconds: float, limit: float | None = None, rc: int 
         found = {"error" if word.startswith("error") else word: int(n) for n, word in re.findall(r"(\d+) (\w+)", text)}
         counts = {outcome: found.get(outcome, 0) for outcome in OUTCOMES}
         note = _outcomes(counts) + (f" in {float(took):.0f} s" if took else "")
-    else:  # cut off before its summary: count its progress characters
+    else:  # cut off before its summary: count its progress characters, or (-v) its result lines
         progress = "".join(re.findall(r"^([.FEsxX]+)\s*(?:\[\s*\d+%\])?$", output, re.MULTILINE))
         counts = {outcome: progress.count(char) for outcome, char in OUTCOMES.items()}
+        for word in VERBOSE.findall(output):
+            counts[word.lower()] += 1
         note = "before its summary: " + _outcomes(counts)
     if rc in (124, 137):
         note = f"cut off by its {limit:.0f} s timeout, {note}" if limit else f"cut off by its timeout, {note}"
     elif limit:
         note += f"; finished within its {limit:.0f} s timeout (the part: {seconds:.0f} s)"
-    failed = list(dict.fromkeys(re.findall(r"^(?:FAILED|ERROR) tests/(.+?)(?: - .*)?$", output, re.MULTILINE)))
+    failed = list(dict.fromkeys(re.findall(r"^(?:\[gw\d+\] \[\s*\d+%\] )?(?:FAILED|ERROR) tests/(.+?)(?: - .*)?\s*$",
+                                           output, re.MULTILINE)))
     if failed:
         more = len(failed) - FAILURES_NAMED
         note += "; failed: " + ", ".join(failed[:FAILURES_NAMED]) + (f" and {more} more" if more > 0 else "")

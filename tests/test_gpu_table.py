@@ -123,6 +123,21 @@ def test_a_suite_cut_off_by_its_timeout_says_so_with_the_counts_until_then(tmp_p
     assert "| **FAILED** | - | - | - | - | timed out after 210 s (log: tests.log) |" in table
 
 
+def test_a_verbose_suite_cut_off_counts_its_result_lines_and_names_its_failures():
+    """-v under xdist (gpu_lease.sh): each result is a line as the test ends, so the
+    failures are named though the summary never came."""
+    output = (PYTEST_COMMAND.replace("-q ", "") + " -v\nbringing up nodes...\n"
+              "tests/test_a.py::test_one \n"
+              "[gw0] [  1%] PASSED tests/test_a.py::test_one \n"
+              "[gw3] [  2%] FAILED tests/test_b.py::test_two \n"
+              "[gw1] [  3%] SKIPPED tests/test_c.py::test_three \n"
+              "[gw2] [  4%] PASSED tests/test_a.py::test_four \n")
+    (row,) = gpu_table.parsed_rows("tests", output, 110.5, 110.0, 124)
+    assert row["counts"] == {"passed": 2, "failed": 1, "skipped": 1, "error": 0}
+    assert row["note"] == ("cut off by its 110 s timeout, before its summary: 2 passed, 1 failed, 1 skipped, "
+                           "0 errors; failed: test_b.py::test_two")
+
+
 def test_the_trials_few_tests_name_their_filter():
     output = (PYTEST_COMMAND.replace("-n 14", "-n 1 -k default_solver") + "\n....\n"
               "4 passed, 560 deselected in 31.02s\n")
