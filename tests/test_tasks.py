@@ -2,7 +2,20 @@
 share of the run per thread, made large enough to fill a call of the lanes
 where every thread still gets two tasks; on an accelerator one call."""
 
-from engine.runner.tasks import CPU_TASK_POINTS, MIN_TASKS_PER_THREAD, TASKS_PER_THREAD, group, task_points
+import math
+
+import pytest
+
+from engine.runner.tasks import (
+    ACCELERATOR_PADDING,
+    ACCELERATOR_TASK_CALLS,
+    CPU_TASK_POINTS,
+    MIN_TASKS_PER_THREAD,
+    TASKS_PER_THREAD,
+    accelerator_shards,
+    group,
+    task_points,
+)
 from engine.solve import Device, make_plan
 from engine.study.interface import load_study
 
@@ -29,9 +42,43 @@ def test_a_vmapped_task_is_the_threads_share():
     assert task_points(plan, 100_000, 4) == 100_000 // (TASKS_PER_THREAD * 4)
 
 
-def test_an_accelerator_task_is_one_call():
+def test_an_accelerator_task_of_small_shards_is_one_call():
     plan = make_plan(load_study("rebound_regime"), GPU, points=10**7)
-    assert task_points(plan, 10**7, 2) == plan.batch
+    assert task_points(plan, 10**7, 2) == plan.batch  # shard sizes unknown: one call
+    shard = 32_768
+    aim = task_points(plan, 10**7, 2, shard)
+    assert aim == plan.batch // shard * shard  # the whole shards one call holds
+
+
+def _padding(batch, shard, shards):
+    return 1 - shards * shard / (math.ceil(shards * shard / batch) * batch)
+
+
+@pytest.mark.parametrize("batch, shard", [(972_960, 1_040_000), (972_960, 600_000), (2**20, 3 * 2**18),
+                                          (1000, 1001), (2**20, 2**20)])
+def test_an_accelerator_task_holds_the_shards_that_fill_its_calls(batch, shard):
+    """Shards larger than a call, or not dividing it: not one shard a task, its
+    last call mostly padding (1e8 points on one H100: shards of 1,040,000 points,
+    calls of 972,960, every second call 93% padding), but the fewest calls whose
+    padding is at most ACCELERATOR_PADDING."""
+    shards = accelerator_shards(batch, shard, most=10**12)
+    candidates = [k for k in range(1, ACCELERATOR_TASK_CALLS * batch // shard + 1)
+                  if math.ceil(k * shard / batch) <= ACCELERATOR_TASK_CALLS]
+    least = min(_padding(batch, shard, k) for k in candidates)
+    assert _padding(batch, shard, shards) <= max(ACCELERATOR_PADDING, least)  # (1000, 1001): 12% at best
+    fewer = [k for k in range(1, shards) if _padding(batch, shard, k) <= ACCELERATOR_PADDING]
+    calls = math.ceil(shards * shard / batch)
+    assert all(math.ceil(k * shard / batch) >= calls for k in fewer)  # no fewer calls would do
+    assert calls <= ACCELERATOR_TASK_CALLS
+
+
+def test_an_accelerator_task_stays_within_its_threads_share():
+    batch, shard = 972_960, 1_040_000
+    assert accelerator_shards(batch, shard, most=shard) == 1
+    assert accelerator_shards(batch, shard, most=2 * shard) == 2  # 3 calls, 29% padding: better than 47%
+    plan = make_plan(load_study("pingpong"), GPU, points=10**8, batch=batch)
+    assert task_points(plan, 10**8, 2, shard) == 6 * shard  # 7 calls, 8% padding
+    assert task_points(plan, 2 * shard, 2, shard) == shard  # each of the 2 threads a shard
 
 
 def test_tasks_are_consecutive_shards_of_one_kind_up_to_the_aim():

@@ -61,7 +61,7 @@ def estimate(sweep: Sweep, workers: int = 1, plan: Plan | None = None) -> Cost:
     call_bytes = plan.solver.working_bytes(plan)
     n_values = sum(math.prod(sweep.study.outputs_by_name[n].shape) for n in sweep.outputs) + len(sweep.axes) + 3
     shard_points = math.prod(grid.chunks)
-    aim = task_points(plan, grid.n_points, workers)
+    aim = task_points(plan, grid.n_points, workers, shard_points)
     # A task holds whole shards: at most its aim and one shard less, or one shard.
     held = max(shard_points, min(grid.n_points, aim + shard_points - 1))
     # A call's working memory is the host's on CPU, the device's on an accelerator

@@ -3,9 +3,9 @@
 Executors: "inline" (this process, `workers` tasks at a time on threads),
 "local" (an embedded dask LocalCluster, worker processes sized to the machine)
 or an existing dask scheduler. One dask task is one task of shards
-(engine.runner.tasks): contiguous pending shards adding up to about one compiled
-call of the plan, made once per run (and once per worker process) from the
-sweep and the device.
+(engine.runner.tasks): contiguous pending shards that fill the plan's compiled
+calls (on CPU a thread's share of the run), the plan made once per run (and
+once per worker process) from the sweep and the device.
 """
 
 import concurrent.futures
@@ -365,7 +365,7 @@ def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources
     pending = pending_shards(cube)
     points = sum(p for _, _, p in pending)
     threads = in_flight(executor, workers, plan)
-    tasks = group(pending, task_points(plan, points, threads))
+    tasks = group(pending, task_points(plan, points, threads, max((p for _, _, p in pending), default=0)))
     start = time.perf_counter()
     failed, failed_shards, solved, shards_done = 0, 0, 0, 0
     name = sweep.study.name

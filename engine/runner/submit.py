@@ -100,6 +100,7 @@ def work(store, task: int, share) -> int:
     threads = min(default_workers("inline", sweep, plan), len(pending))
     if not fits_in_memory(sweep, threads, plan):
         threads = 1  # as the submission checked: a task at a time
-    tasks = group(pending, task_points(plan, sum(p for _, _, p in pending), threads))
+    sizes = [p for _, _, p in pending]
+    tasks = group(pending, task_points(plan, sum(sizes), threads, max(sizes)))
     failures = sum(info["raised"] for info in inline_results(cube, plan, tasks, threads))
     return 1 if failures else 0

@@ -42,23 +42,58 @@ class Task:
         return sum(self.sizes)
 
 
-def task_points(plan, points: int, threads: int) -> int:
-    """Points a task aims at, for a run of `points` points on `threads` threads.
+# On an accelerator a task holds the shards that fill its calls best: each call
+# has the plan's batch, the last one padded. One shard a call left most of a call
+# idle where shards and calls do not match: the 1e8-point stream on one H100
+# (shards of 1,040,000 points, calls of 972,960) made two calls a shard, the
+# second 93% padding. A task takes the fewest calls whose padding is at most
+# ACCELERATOR_PADDING of them, up to ACCELERATOR_TASK_CALLS calls (its host
+# memory) and a thread's share of the run.
+ACCELERATOR_PADDING = 0.1
+ACCELERATOR_TASK_CALLS = 8
 
-    On an accelerator one compiled call of the plan's batch: the device is
-    filled by one call, and a thread preparing or writing one task while the
-    other's call runs keeps it busy. On CPU a share of the run that gives each
-    thread TASKS_PER_THREAD tasks, so that every core works to the end, up to
-    CPU_TASK_POINTS (or one call, if larger); but at least what fills a call
-    of the plan's solver (BatchSolver.full_call), where every thread still gets
-    MIN_TASKS_PER_THREAD tasks.
+
+def task_points(plan, points: int, threads: int, shard_points: int = 0) -> int:
+    """Points a task aims at, for a run of `points` points on `threads` threads
+    whose shards hold up to `shard_points` points each.
+
+    On an accelerator whole shards filling whole calls of the plan's batch
+    (accelerator_shards): the device is filled by each call, and a thread
+    preparing or writing one task while the other's calls run keeps it busy. On
+    CPU a share of the run that gives each thread TASKS_PER_THREAD tasks, so that
+    every core works to the end, up to CPU_TASK_POINTS (or one call, if larger);
+    but at least what fills a call of the plan's solver (BatchSolver.full_call),
+    where every thread still gets MIN_TASKS_PER_THREAD tasks.
     """
-    if plan.device.accelerator:
-        return plan.batch
     threads = max(1, threads)
+    if plan.device.accelerator:
+        if shard_points < 1:
+            return plan.batch
+        most = max(shard_points, min(ACCELERATOR_TASK_CALLS * plan.batch, math.ceil(points / threads)))
+        return shard_points * accelerator_shards(plan.batch, shard_points, most)
     share = math.ceil(points / (TASKS_PER_THREAD * threads))
     share = max(share, min(plan.solver.full_call(plan), math.ceil(points / (MIN_TASKS_PER_THREAD * threads))))
     return max(1, min(share, max(plan.batch, CPU_TASK_POINTS)))
+
+
+def accelerator_shards(batch: int, shard: int, most: int) -> int:
+    """Shards of `shard` points a task holds on an accelerator (calls of `batch`
+    points): as many as fit the fewest calls padded by at most
+    ACCELERATOR_PADDING, else the least padded, holding at most `most` points
+    (at least one shard)."""
+    best, least = 1, 1 - shard / (math.ceil(shard / batch) * batch)  # one shard
+    for calls in range(1, ACCELERATOR_TASK_CALLS + 1):
+        shards = calls * batch // shard
+        if shards < 1:
+            continue
+        if shards * shard > most:
+            break
+        padding = 1 - shards * shard / (calls * batch)
+        if padding <= ACCELERATOR_PADDING:
+            return shards
+        if padding < least:
+            best, least = shards, padding
+    return best
 
 
 def group(pending, size: int) -> list[Task]:
