@@ -87,3 +87,24 @@ def test_tasks_are_consecutive_shards_of_one_kind_up_to_the_aim():
     assert [(t.kind, t.shards, t.points) for t in tasks] == [
         ("grid", (0, 1), 8192), ("grid", (2, 3), 4196), ("critical", (0,), 10)]
     assert [t.shards for t in group(pending[:1], 10)] == [(0,)]  # a shard larger than the aim is a task
+
+
+@pytest.mark.parametrize("shape, shard_size, shards", [((7, 5, 3), 8, (0, 1, 5, 9)), ((10,), 4, (2, 0)),
+                                                       ((6, 4), 24, (0,)), ((5, 9), 7, tuple(range(10)))])
+def test_a_tasks_points_are_its_shards_blocks_one_after_another(shape, shard_size, shards):
+    """Layout.points writes each shard's block (C order) into the task's columns in turn:
+    the same values as a mesh of each shard's region, joined."""
+    import numpy as np
+
+    from engine.sweep.layout import Layout, chunk_shape
+
+    layout = Layout(shape, chunk_shape(shape, shard_size))
+    axes = [np.linspace(-1.0, 2.0, n) * (i + 1) for i, n in enumerate(shape)]
+    expected = [[] for _ in shape]
+    for shard in shards:
+        region = layout.region(shard)
+        mesh = np.meshgrid(*[a[s] for a, s in zip(axes, region, strict=True)], indexing="ij")
+        for column, m in zip(expected, mesh, strict=True):
+            column.append(m.ravel())
+    for got, want in zip(layout.points(shards, axes), expected, strict=True):
+        np.testing.assert_array_equal(got, np.concatenate(want))

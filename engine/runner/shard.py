@@ -34,10 +34,6 @@ def _point_params(sweep: Sweep, names, columns, n) -> dict:
     return params
 
 
-def _task_columns(layout, task: Task, axes_values) -> list[np.ndarray]:
-    """The points of a task's shards, one after another, as flat arrays (one per axis)."""
-    pieces = [layout.points(shard, axes_values) for shard in task.shards]
-    return [np.concatenate(columns) for columns in zip(*pieces, strict=True)] if pieces and pieces[0] else []
 
 
 def _by_shard(task: Task, arrays: dict) -> list[dict]:
@@ -58,7 +54,7 @@ def _regions(layout, task: Task, arrays: dict) -> list:
 
 def run_grid_task(cube: Cube, plan: Plan, task: Task) -> dict:
     sweep, grid = cube.sweep, cube.layout(GRID)
-    columns = _task_columns(grid, task, [a.values for a in sweep.axes])
+    columns = grid.points(task.shards, [a.values for a in sweep.axes])
     start = time.perf_counter()
     params = _point_params(sweep, sweep.axis_names, columns, task.points)
     result = evaluate(sweep.study, sweep.solver, params, outputs=sweep.outputs, plan=plan)
@@ -70,7 +66,7 @@ def run_critical_task(cube: Cube, plan: Plan, task: Task) -> dict:
     sweep, layout = cube.sweep, cube.layout(CRITICAL)
     c = sweep.critical
     other = [a for a in sweep.axes if a.name != c.axis]
-    columns = _task_columns(layout, task, [a.values for a in other])
+    columns = layout.points(task.shards, [a.values for a in other])
     base = _point_params(sweep, [a.name for a in other], columns, task.points)
     start = time.perf_counter()
 

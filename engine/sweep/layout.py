@@ -43,12 +43,22 @@ class Layout:
             slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, self.chunks, self.shape, strict=True)
         )
 
-    def points(self, shard: int, axes_values) -> dict:
-        """The shard's points as flat arrays, one per axis (C order over the block)."""
-        region = self.region(shard)
-        pieces = [values[s] for values, s in zip(axes_values, region, strict=True)]
-        mesh = np.meshgrid(*pieces, indexing="ij") if pieces else []
-        return [m.ravel() for m in mesh]
+    def points(self, shards, axes_values) -> list[np.ndarray]:
+        """The points of `shards`, one after another, as flat arrays, one per axis
+        (each shard's in C order over its block). Written once into the arrays
+        (no mesh per shard, then joined: two copies of every column)."""
+        regions = [self.region(shard) for shard in shards]
+        sizes = [math.prod(s.stop - s.start for s in region) for region in regions]
+        columns = [np.empty(sum(sizes), np.asarray(values).dtype) for values in axes_values]
+        offset = 0
+        for region, size in zip(regions, sizes, strict=True):
+            shape = tuple(s.stop - s.start for s in region)
+            for axis, (column, values) in enumerate(zip(columns, axes_values, strict=True)):
+                along = [None] * len(shape)
+                along[axis] = slice(None)  # this axis's values, broadcast over the block's other axes
+                column[offset:offset + size].reshape(shape)[...] = np.asarray(values)[region[axis]][tuple(along)]
+            offset += size
+        return columns
 
     def shard_points(self, shard: int) -> int:
         return math.prod(s.stop - s.start for s in self.region(shard))
