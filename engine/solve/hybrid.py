@@ -21,18 +21,21 @@ tolerance.
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
 from engine.solve.stepper import step as unrolled_step
-from engine.solve.tableau import LastStep, Unrolled
 from engine.study.status import Status
 from engine.sweep.settings import SolverSettings
+
+if TYPE_CHECKING:  # diffrax is imported where a solve is traced (below), not with a study's module
+    import diffrax
+
+    from engine.solve.tableau import LastStep
 
 # Inactive event functions return this constant: it never changes sign.
 _INACTIVE = 1.0
@@ -156,7 +159,9 @@ class HybridSystem:
         mode, params = args[:2]
         return jax.lax.switch(mode, [m.vector_field for m in self.modes], t, y, params)
 
-    def _event(self) -> diffrax.Event:
+    def _event(self) -> "diffrax.Event":
+        import diffrax
+
         def gated(j, source, condition):
             def cond_fn(t, y, args, *, t0, **kwargs):
                 # At the segment's start, the value the crossing test sees
@@ -183,7 +188,7 @@ class HybridSystem:
             values.append(jnp.where(mode == source, value, jnp.asarray(_INACTIVE, value.dtype)))
         return jnp.stack(values) if values else jnp.zeros((0,), y.dtype)
 
-    def _locate(self, j, step: LastStep, g0, t1, y1, g1, mode, params, settings, wanted):
+    def _locate(self, j, step: "LastStep", g0, t1, y1, g1, mode, params, settings, wanted):
         """Transition j's crossing inside the step that started at `step` (its
         time, state and vector field: a LastStep) and ended at (t1, y1), where
         `wanted`: its offset dt from the step's start, whether it was located, and
@@ -292,6 +297,10 @@ class HybridSystem:
         transitions = self.transitions
         targets, resets = self.targets(), self.resets()
         ends_at_horizon = jnp.array([m.ends_at_horizon for m in self.modes])
+        import diffrax  # here, not at import: a study's module loads without it (rollsweep validate)
+
+        from engine.solve.tableau import Unrolled
+
         term = diffrax.ODETerm(self._vector_field)
         horizon = jnp.asarray(settings.t_max if t_end is None else t_end, dtype)
         event = self._event() if transitions else None

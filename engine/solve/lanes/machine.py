@@ -3,7 +3,6 @@ locating of crossings by Newton re-steps, events and resets; and each point's
 start, planned before the loop."""
 
 
-import diffrax
 import jax
 import jax.numpy as jnp
 
@@ -49,6 +48,8 @@ class _Machine:
         self.controller = Controller.of(settings)
         self.root = self.controller.root
         self.pid = settings.make_controller()
+        import diffrax  # here, where a solve is traced: not with the plan (rollsweep validate)
+
         self.term = diffrax.ODETerm(system._vector_field)
         self.directions = [tr.direction for _, tr in self.transitions]
         self.targets = [_per_lane(target) for target in system.targets()]
