@@ -8,7 +8,7 @@ import pytest
 
 from engine.solve.stepper import step as explicit_step
 from engine.solve.tableau import Unrolled
-from engine.sweep.settings import SOLVERS
+from engine.sweep.settings import SOLVERS, SolverSettings
 
 # A damped oscillator: y = (x, v), x'' = -x - 0.1 x'; x(0) = 1, v(0) = 0.
 TERM = diffrax.ODETerm(lambda t, y, args: jnp.stack([y[1], -y[0] - 0.1 * y[1]]))
@@ -25,7 +25,7 @@ def test_a_step_is_diffraxs_step_to_rounding(name):
     """The state, error estimate and dense output of one step agree with the
     wrapped solver's; its state after the step is the field at the end (for the
     next step's first stage) and where the step started."""
-    solver = SOLVERS[name]()
+    solver = SolverSettings(solver=name).make_solver()
     unrolled = Unrolled(solver)
     theirs = solver.step(TERM, 0.0, 0.3, Y0, None, solver.init(TERM, 0.0, 0.3, Y0, None), False)
     y1, error, dense, state, result = unrolled.step(TERM, 0.0, 0.3, Y0, None, unrolled.init(TERM, 0.0, 0.3, Y0, None),
@@ -46,8 +46,9 @@ def test_a_solve_takes_diffraxs_steps(name):
     """diffeqsolve with the unrolled solver takes the wrapped solver's steps and
     ends where it does, within solver tolerance of the closed form."""
     controller = diffrax.PIDController(rtol=1e-10, atol=1e-12)
+    make = SolverSettings(solver=name).make_solver
     solutions = [diffrax.diffeqsolve(TERM, solver, 0.0, 5.0, None, Y0, stepsize_controller=controller)
-                 for solver in (SOLVERS[name](), Unrolled(SOLVERS[name]()))]
+                 for solver in (make(), Unrolled(make()))]
     assert int(solutions[0].stats["num_steps"]) == int(solutions[1].stats["num_steps"])
     np.testing.assert_allclose(solutions[1].ys[-1], solutions[0].ys[-1], rtol=0, atol=1e-12)
     assert abs(float(solutions[1].ys[-1][0]) - exact(5.0)) < 1e-9
