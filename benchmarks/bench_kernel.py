@@ -34,6 +34,7 @@ import jax  # noqa: E402
 import pingpong_closed_form as cf  # noqa: E402
 
 ENV = "ROLLSWEEP_KERNEL_BACKEND"
+PINNED = "ROLLSWEEP_PINNED_RESULTS"  # engine.solve.evaluate.PINNED_RESULTS
 
 
 def max_error(values, qs, check_points):
@@ -89,7 +90,7 @@ def sweep_with(backend: str):
 
         return solve
 
-    _evaluate_module().compiled.cache_clear()  # batch functions built for another backend
+    _evaluate_module()._compiled.cache_clear()  # batch functions built for another backend
     run.on_device = on_device
     return f"{choice.name} ({choice.why})", choice.name, run
 
@@ -126,7 +127,7 @@ def main():
                     prepared[backend] = sweep_with(backend)
                 why, name, run = prepared[backend]
                 os.environ[ENV] = backend
-                _evaluate_module().compiled.cache_clear()
+                _evaluate_module()._compiled.cache_clear()
                 start = time.perf_counter()
                 values, seconds = best_of(lambda run=run, qs=qs: np.asarray(jax.block_until_ready(run(qs))),
                                           repeat=2)
@@ -139,6 +140,16 @@ def main():
                 _, seconds = best_of(run.on_device(qs), repeat=2)
                 print(f"{backend + '*':<10} {n / seconds:>14,.0f} {seconds:>10.4f} {'':>22}  the same compiled "
                       "calls on inputs already on the device, outputs left there (no copies in or out)", flush=True)
+                if gpu:  # the same calls with their copies, the results left in pinned host memory by the call
+                    os.environ[PINNED] = "1"
+                    try:
+                        values, seconds = best_of(lambda run=run, qs=qs: np.asarray(jax.block_until_ready(run(qs))),
+                                                  repeat=2)
+                    finally:
+                        os.environ.pop(PINNED, None)
+                    error = max_error(values, qs, args.check_points)
+                    print(f"{backend + '_pinned':<10} {n / seconds:>14,.0f} {seconds:>10.4f} {error:>22.2e}  "
+                          f"{PINNED}=1: the calls' results moved into pinned host memory by the calls", flush=True)
             except Exception as error:  # noqa: BLE001 - a failed backend is a row, never the end of the run
                 print(f"{backend:<10} {'FAILED':>14} {math.nan:>10} {math.nan:>22}  "
                       f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}", flush=True)

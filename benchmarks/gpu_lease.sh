@@ -138,6 +138,11 @@ for backend in ${KERNEL_BACKENDS:-default}; do
         $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite --profile &&
         $RS run $WORK/run$((4 * RUN_POINTS)).toml --quiet --overwrite --profile && true"
 done
+# The same runs with the calls' results moved into pinned host memory by the calls
+# (ROLLSWEEP_PINNED_RESULTS=1, engine.solve.evaluate; off by default until measured here).
+part run1m-pinned runs.log 60 env ROLLSWEEP_PINNED_RESULTS=1 bash -c "
+    $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite --profile &&
+    $RS run $WORK/run$((4 * RUN_POINTS)).toml --quiet --overwrite --profile && true"
 
 # ---- 3b. where the 1M-point run's process spends its time: imports, sweep parsed, store
 # ready, first shard, end, exit; a cold process (fresh caches: traces, generates, compiles)

@@ -51,13 +51,19 @@ def test_no_points_is_a_clear_error():
 @pytest.mark.cpu_only(reason="compares evaluate's CPU way of copying results out (the default device's plan) with "
                               "the accelerator's way taken on the CPU by a stubbed GPU plan; on a GPU both plans "
                               "are accelerator plans and the CPU way is not run")
+@pytest.mark.parametrize("pinned", ["", "1"], ids=["device memory", "pinned host memory"])
 @pytest.mark.parametrize("n", [1000, 3 * 256 + 5])  # one call, and several (the last padded)
-def test_an_accelerators_way_of_copying_results_out_gives_the_same_results(n):
+def test_an_accelerators_way_of_copying_results_out_gives_the_same_results(n, pinned, monkeypatch):
     """On an accelerator each call's results start their copies to the host when
-    the call is queued and come back in one device_get; on CPU they are views of
-    the call's buffers. The same points give the same bits either way (here the
-    accelerator's way is taken on the CPU, by a plan for a stubbed GPU)."""
+    the call is queued and come back in one device_get (or, with
+    ROLLSWEEP_PINNED_RESULTS=1, the call itself leaves them in pinned host
+    memory); on CPU they are views of the call's buffers. The same points give
+    the same bits every way (here the accelerator's ways are taken on the CPU,
+    by a plan for a stubbed GPU)."""
     from engine.solve import Device, make_plan
+    from engine.solve.evaluate import PINNED_RESULTS, pinned_results
+
+    monkeypatch.setenv(PINNED_RESULTS, pinned)
 
     spins = np.linspace(-1.0, 1.0, n)
     params = {p.name: np.full(n, p.default) for p in REGIME.parameters} | {"spin_ratio": spins}
@@ -66,9 +72,29 @@ def test_an_accelerators_way_of_copying_results_out_gives_the_same_results(n):
     on_cpu = evaluate(REGIME, settings, params, plan=make_plan(REGIME, solver="vmapped", batch=batch))
     gpu = Device(platform="gpu", count=1, memory=16 * 2**30, cores=16)
     plan = make_plan(REGIME, gpu, solver="vmapped", batch=batch)
-    assert plan.device.accelerator
+    assert plan.device.accelerator and pinned_results(plan) == bool(pinned)
     as_on_gpu = evaluate(REGIME, settings, params, plan=plan)
     for name, values in on_cpu.outputs.items():
         np.testing.assert_array_equal(as_on_gpu.outputs[name], values, err_msg=name)
     for name in ("status", "num_steps", "num_events"):
         np.testing.assert_array_equal(getattr(as_on_gpu, name), getattr(on_cpu, name), err_msg=name)
+
+
+def test_pinned_results_leave_the_call_in_pinned_host_memory(monkeypatch):
+    """ROLLSWEEP_PINNED_RESULTS=1 on an accelerator plan: every result of a call
+    is in the host's pinned memory (the stubbed GPU's calls run on the CPU, whose
+    device has that memory too); without it, in the device's own memory."""
+    import jax
+
+    from engine.solve import Device, make_plan
+    from engine.solve.evaluate import PINNED_RESULTS, compiled
+
+    gpu = Device(platform="gpu", count=1, memory=16 * 2**30, cores=16)
+    plan = make_plan(REGIME, gpu, solver="vmapped", batch=16)
+    args = {p.name: np.full(16, p.default) for p in REGIME.parameters}
+    kinds = {}
+    for pinned in ("", "1"):
+        monkeypatch.setenv(PINNED_RESULTS, pinned)
+        results = compiled(REGIME, SolverSettings(), ("regime",), plan)(args, np.int32(16))
+        kinds[pinned] = {leaf.sharding.memory_kind for leaf in jax.tree.leaves(results)}
+    assert kinds == {"": {"device"}, "1": {"pinned_host"}}

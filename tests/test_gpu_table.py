@@ -167,3 +167,18 @@ def test_the_host_cost_parts_recorded_rows_are_its_table_rows(tmp_path, monkeypa
     assert (f"| {title} | rollsweep run, marginal rate between the sizes (1,000,000 -> 10,000,000) | 10,000,000 "
             "| 18.00M | 2 | - | whole processes 2.50 -> 3.00 s |") in table
     assert "FAILED" not in table
+
+
+def test_bench_kernels_rows_with_copies_on_the_device_and_into_pinned_memory():
+    output = ("rolling-ball sweep, 1,000,000 points, rtol 1e-10, atol 1e-12, float64\n"
+              "backend          points/s    seconds  max |x - closed form|  chosen\n"
+              "cuda         23,890,000     0.0419               5.69e-12  cuda (generated C compiled by NVRTC)\n"
+              "cuda*       140,650,000     0.0071                         the same compiled calls on inputs already "
+              "on the device\n"
+              "cuda_pinned  61,000,000     0.0164               5.69e-12  ROLLSWEEP_PINNED_RESULTS=1: the "
+              "calls' results moved into pinned host memory by the calls\n")
+    rows = gpu_table.kernel_rows(output)
+    assert [(r["method"], r["rate"]) for r in rows] == [
+        ("fused solver, kernel backend cuda", 23_890_000),
+        ("fused solver, kernel backend cuda, inputs on the device", 140_650_000),
+        ("fused solver, kernel backend cuda, results to pinned host memory in the call", 61_000_000)]

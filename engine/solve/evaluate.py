@@ -8,6 +8,7 @@ shard size, and there is a single compilation per process.
 import collections
 import dataclasses
 import functools
+import os
 import threading
 
 import jax
@@ -37,15 +38,35 @@ class Evaluation:
     num_events: np.ndarray  # (n,) int32
 
 
-@functools.cache
-def compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: Plan):
-    """The jitted batch function: one per study, settings, outputs and plan.
+# ROLLSWEEP_PINNED_RESULTS=1: on an accelerator, a call's results are moved into
+# the host's page-locked memory by the compiled call itself (the copy at the bus's
+# speed, on the device's stream), not copied out of device memory afterwards
+# through pageable buffers (8 MB in 3.6 ms on one H100 machine: 2.2 GB/s). Results
+# are the same bits either way (tests/test_evaluate_inputs.py); off by default
+# until measured on a GPU (benchmarks/bench_kernel.py has a row for it).
+PINNED_RESULTS = "ROLLSWEEP_PINNED_RESULTS"
 
-    Its first call (trace or load the exported program, compile or load from the
-    cache) is made by one thread while the others wait: shard threads starting
-    together each traced the same program at once (~1.3 s of tracing each on 2
-    cores). A program exported by an earlier process is not traced again
-    (engine.solve.exported)."""
+
+def pinned_results(plan: Plan) -> bool:
+    """Whether `plan`'s calls leave their results in pinned host memory."""
+    asked = os.environ.get(PINNED_RESULTS, "") not in ("", "0")
+    return asked and plan.device.accelerator and hasattr(jax, "memory") and hasattr(jax.memory, "Space")
+
+
+def compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: Plan):
+    """The jitted batch function: one per study, settings, outputs and plan (and
+    where its results go: pinned_results)."""
+    return _compiled(study, settings, selected, plan, pinned_results(plan))
+
+
+@functools.cache
+def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: Plan, pinned: bool):
+    """compiled's: its first call (trace or load the exported program, compile or
+    load from the cache) is made by one thread while the others wait: shard
+    threads starting together each traced the same program at once (~1.3 s of
+    tracing each on 2 cores). A program exported by an earlier process is not
+    traced again (engine.solve.exported). `pinned`: the results moved to pinned
+    host memory inside the call (around the exported program, which stays the same)."""
     if not plan.device.accelerator:
         keep_freed_memory()  # else every call faults its buffers in afresh (engine.solve._host_memory)
     lock, ready = threading.Lock(), threading.Event()
@@ -54,12 +75,16 @@ def compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: P
     def make():
         return jax.jit(plan.solver.batch_function(study, settings, selected, plan))
 
+    def to_host(program):
+        return jax.jit(lambda *args: jax.tree.map(lambda x: jax.device_put(x, jax.memory.Space.Host), program(*args)))
+
     def call(*args):
         nonlocal fn
         if not ready.is_set():
             with stages.stage("compile"), lock:  # its threads wait here for the first call's program
                 if fn is None:
-                    fn = exported.program(make, exported.program_key(study, settings, selected, plan, args), args)
+                    program = exported.program(make, exported.program_key(study, settings, selected, plan, args), args)
+                    fn = to_host(program) if pinned else program
                 result = fn(*args)
                 ready.set()
                 return result
