@@ -417,10 +417,10 @@ def in_process_method(text_for):
 
 
 def in_process_methods(heights, restitutions, skipped: list, failed: dict, room: dict,
-                       one_thread: bool = True) -> tuple[dict, str]:
+                       with_one_thread: bool = True) -> tuple[dict, str]:
     """label -> a method (see measured): the engine's compiled calls of each study at each max_segments, and the numba
     peers; and the CPU peer's label (the table's reference). room: (what, study)
-    -> {max_segments: label}, filled. one_thread: also the CPU peer on one thread."""
+    -> {max_segments: label}, filled. with_one_thread: also the CPU peer on one thread."""
     import jax
 
     methods = {}
@@ -437,7 +437,7 @@ def in_process_methods(heights, restitutions, skipped: list, failed: dict, room:
     cpu_peer = numba_sweep()
     if cpu_peer is not None:
         methods[cpu_label] = timed(lambda: cpu_peer(heights, restitutions))
-        if one_thread and threads > 1:  # one core's worth, beside the engine's compiled calls (one call: one thread)
+        if with_one_thread and threads > 1:  # one core's worth, beside the engine's compiled calls (one call: one thread)
             methods["numba, the same on 1 thread"] = timed(lambda: one_thread(cpu_peer, heights, restitutions))
     else:
         skipped.append((cpu_label, "numba not installed: pip install -e '.[bench]'"))
@@ -491,7 +491,7 @@ def main():
 
     failed, skipped, room = {}, [], {}
     methods, reference = in_process_methods(heights, restitutions, skipped, failed, room,
-                                            one_thread=not args.calls_only)
+                                            with_one_thread=not args.calls_only)
     with tempfile.TemporaryDirectory(prefix="rollsweep_bounces_") as tmp:
         folder = pathlib.Path(tmp)
         registration = write_registration(folder / "site")
