@@ -437,7 +437,7 @@ def in_process_methods(heights, restitutions, skipped: list, failed: dict, room:
     cpu_peer = numba_sweep()
     if cpu_peer is not None:
         methods[cpu_label] = timed(lambda: cpu_peer(heights, restitutions))
-        if with_one_thread and threads > 1:  # one core's worth, beside the engine's compiled calls (one call: one thread)
+        if with_one_thread and threads > 1:  # one core's worth, beside the compiled calls (one call: one thread)
             methods["numba, the same on 1 thread"] = timed(lambda: one_thread(cpu_peer, heights, restitutions))
     else:
         skipped.append((cpu_label, "numba not installed: pip install -e '.[bench]'"))
@@ -481,6 +481,9 @@ def main():
     parser.add_argument("--cudasim-check", action="store_true", help="only check the CUDA kernel (simulator)")
     parser.add_argument("--calls-only", action="store_true",
                         help="only the compiled calls and the numba peers, no rollsweep processes (a GPU lease)")
+    parser.add_argument("--marginal", type=int, default=None, metavar="N",
+                        help="also `rollsweep run` (rest time from sol.t, the sweep's max_segments) and numba on an "
+                             "N x N grid in the same rounds: each one's rate between the two sizes (start-up cancels)")
     args = parser.parse_args()
     if args.cudasim_check:
         raise SystemExit(cudasim_check())
@@ -507,6 +510,18 @@ def main():
         if not args.calls_only:
             methods[f"engine: engine.run in this process (warm), rest time from sol.t, max_segments {MAX_SEGMENTS}"] = (
                 in_process_method(lambda out: sweep_toml(args.grid, args.grid, MAX_SEGMENTS, out)))
+        # The larger grid's runs (--marginal): timed in the same rounds, reported as rates between the sizes.
+        larger = {}
+        small_run = (f"engine: rollsweep run, default path, rest time from sol.t, max_segments {MAX_SEGMENTS}"
+                     f"{THE_SWEEPS[MAX_SEGMENTS]}")
+        if args.marginal and small_run in methods:
+            big_heights, big_restitutions = grid(args.marginal, args.marginal)
+            larger[small_run] = process_method(sweep_file(folder, args.marginal, args.marginal, MAX_SEGMENTS),
+                                               registration)
+            peer = numba_sweep()
+            if peer is not None:
+                larger[reference] = timed(lambda: peer(big_heights, big_restitutions))
+        larger_times = {label: [] for label in larger}
         times = {label: [] for label in methods}  # each round's seconds
         cpu = {label: [] for label in methods}  # each round's CPU seconds
         solved = {label: [] for label in cubes}  # each round's 'solved in' seconds
@@ -514,6 +529,8 @@ def main():
         # Untimed first calls: compilation (numba's, JAX's; the processes' compile cache filled).
         for label, method in methods.items():
             values[label] = (attempt(label, method, failed) or (None,))[0]
+        for label, method in larger.items():  # untimed, as above
+            attempt(label, method, failed)
         for _ in range(args.rounds):
             for label, method in methods.items():
                 out = None if label in failed else attempt(label, method, failed)
@@ -524,6 +541,9 @@ def main():
                     cpu[label].append(cpu_seconds)
                     if label in solved:
                         solved[label].append(solved_in)
+            for label, method in larger.items():
+                out = None if label in failed else attempt(label, method, failed)
+                larger_times[label].append(out[1] if out is not None else math.nan)
         for label, sweep in cubes.items():
             if label not in failed:
                 values[label] = (*cube_values(sweep), None)
@@ -548,9 +568,32 @@ def main():
                 ratio = np.nanmedian(np.divide(table[low], table[high]))
                 print(f"{what}{figure}, rest time from {READS[study]}: points/s at max_segments 1024 against 128, "
                       f"median of the rounds: {ratio:.2f}x")
+    if larger_times:
+        print_marginal(args.grid, args.marginal, times, larger_times, reference)
     margin = ball.closed_form_margin(heights, restitutions)
     print(f"closed form: every impact speed at least {margin:.1e} (relative) from min_speed, so a solver's "
           "impact count differs from it only by an error that large")
+
+
+def print_marginal(small: int, large: int, times: dict, larger_times: dict, reference: str) -> None:
+    """Each method's rate between the small and the large grid, (large^2 - small^2)
+    points over the difference of its best times: what a point costs it once its
+    process has started (the issue's measure of `rollsweep run`); and the median of
+    the rounds' ratios of the engine's to numba's, each from that round's times."""
+    extra = large * large - small * small
+    rates, per_round = {}, {}
+    for label, big in larger_times.items():
+        rates[label] = extra / (np.nanmin(big) - np.nanmin(times[label]))
+        per_round[label] = np.subtract(big, times[label][:len(big)])
+    print(f"rate between {small} x {small} and {large} x {large} grids ({extra:,} points more; best times):")
+    for label, rate in rates.items():
+        print(f"  {label}: {rate:,.0f} points/s")
+    run = next((label for label in rates if label != reference), None)
+    if run is not None and reference in per_round:
+        ratio = np.nanmedian(np.divide(per_round[reference], per_round[run]))
+        print(f"  engine / numba, median of the rounds' ratios: {ratio:.2f}x")
+        record_row(f"{run}, rate between {small} x {small} and {large} x {large}", rate=rates[run],
+                   note=f"numba: {rates.get(reference, math.nan):,.0f} points/s; ratio {ratio:.2f}x")
 
 
 def table_rows(n, exact, times, cpu, solved, values, failed, reference) -> list:
