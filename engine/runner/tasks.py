@@ -47,10 +47,13 @@ class Task:
 # idle where shards and calls do not match: the 1e8-point stream on one H100
 # (shards of 1,040,000 points, calls of 972,960) made two calls a shard, the
 # second 93% padding. A task takes the fewest calls whose padding is at most
-# ACCELERATOR_PADDING of them, up to ACCELERATOR_TASK_CALLS calls (its host
-# memory) and a thread's share of the run.
+# ACCELERATOR_PADDING of them, up to ACCELERATOR_TASK_CALLS calls and
+# ACCELERATOR_TASK_POINTS points (its host memory: 2^22 points of the rolling
+# ball's ten values a point, three copies of each, are 1 GB) and a thread's
+# share of the run.
 ACCELERATOR_PADDING = 0.1
 ACCELERATOR_TASK_CALLS = 8
+ACCELERATOR_TASK_POINTS = 1 << 22
 
 
 def task_points(plan, points: int, threads: int, shard_points: int = 0) -> int:
@@ -69,7 +72,8 @@ def task_points(plan, points: int, threads: int, shard_points: int = 0) -> int:
     if plan.device.accelerator:
         if shard_points < 1:
             return plan.batch
-        most = max(shard_points, min(ACCELERATOR_TASK_CALLS * plan.batch, math.ceil(points / threads)))
+        most = max(shard_points, min(ACCELERATOR_TASK_CALLS * plan.batch, ACCELERATOR_TASK_POINTS,
+                                     math.ceil(points / threads)))
         return shard_points * accelerator_shards(plan.batch, shard_points, most)
     share = math.ceil(points / (TASKS_PER_THREAD * threads))
     share = max(share, min(plan.solver.full_call(plan), math.ceil(points / (MIN_TASKS_PER_THREAD * threads))))
