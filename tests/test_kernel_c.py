@@ -377,3 +377,16 @@ def test_cuda_source_compiles_with_nvrtc(study, settings):
     source = generate(body, [np.int32] + list(body.input_dtypes), body.out_dtypes)
     cubin = compile_cubin(source, "sm_90")
     assert cubin[:4] == b"\x7fELF"
+
+
+def test_a_kernel_of_more_columns_than_ctypes_passes_is_refused_before_compiling():
+    """A finish outside the kernel that reads an event log of 1024 rows takes
+    thousands of columns out of it; ctypes gives a C function at most 1024
+    arguments. Refused with the reason (the plan then uses Pallas), before the
+    compiler runs: it raised ctypes' ArgumentError after a minute's compile."""
+    from engine.solve.kernel.c_source import KernelSource
+
+    source = KernelSource("not C: never compiled", (np.dtype("float64"),) * 8, (np.dtype("float64"),) * 1016, "x")
+    with mock.patch("engine.solve.kernel.host.library", side_effect=AssertionError("compiled")):
+        with pytest.raises(KernelUnsupported, match="1024 columns.*more than ctypes passes"):
+            HostKernel(source)

@@ -33,6 +33,9 @@ from engine.solve.kernel.stored import kernel_source
 
 FLAGS = ("-O2", "-fPIC", "-shared", "-std=c11", "-ffp-contract=off", "-fno-fast-math")
 LIBS = ("-lm",)
+# ctypes gives a foreign function at most this many argument types (CPython's
+# CTYPES_MAX_ARGCOUNT): the point count and one pointer a column.
+CTYPES_MAX_ARGUMENTS = 1024
 
 _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL] = {}
@@ -99,6 +102,11 @@ class HostKernel:
 
     def __init__(self, source: KernelSource):
         self.source = source
+        columns = len(source.in_dtypes) + len(source.out_dtypes)
+        if columns + 1 > CTYPES_MAX_ARGUMENTS:  # checked before the compiler is run: the call could not be made
+            raise KernelUnsupported(f"the host kernel would take {columns} columns (an event log of many rows "
+                                    f"read outside the kernel), more than ctypes passes to a C function "
+                                    f"({CTYPES_MAX_ARGUMENTS - 1} and the point count)")
         entry = getattr(library(source), HOST_ENTRY)
         entry.restype = None
         entry.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * (len(source.in_dtypes) + len(source.out_dtypes))
