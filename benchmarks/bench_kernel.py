@@ -90,7 +90,7 @@ def sweep_with(backend: str):
 
         return solve
 
-    _evaluate_module()._compiled.cache_clear()  # batch functions built for another backend
+    _evaluate_module().compiled.cache_clear()  # batch functions built for another backend
     run.on_device = on_device
     return f"{choice.name} ({choice.why})", choice.name, run
 
@@ -127,7 +127,7 @@ def main():
                     prepared[backend] = sweep_with(backend)
                 why, name, run = prepared[backend]
                 os.environ[ENV] = backend
-                _evaluate_module()._compiled.cache_clear()
+                _evaluate_module().compiled.cache_clear()
                 start = time.perf_counter()
                 values, seconds = best_of(lambda run=run, qs=qs: np.asarray(jax.block_until_ready(run(qs))),
                                           repeat=2)

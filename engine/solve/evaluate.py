@@ -93,6 +93,9 @@ def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: 
     return call
 
 
+compiled.cache_clear = _compiled.cache_clear  # every batch function made so far forgotten (tests)
+
+
 # Fixed parameters' batches kept: a sweep's (the bicycle has 27) with room for a
 # notebook's next sweeps; at most 512 MB at a GPU's 2^20-point float64 batch.
 FILLED_KEPT = 64
