@@ -352,14 +352,14 @@ def cube_values(sweep: pathlib.Path) -> tuple:
     return cube["rest_time"].values.ravel(), cube["impacts"].values.ravel()
 
 
-def engine_calls(heights, restitutions, max_segments, study=ball.STUDY):
+def engine_calls(heights, restitutions, max_segments, study=ball.STUDY, solver=None):
     """The engine's compiled calls with the default plan for this many points
-    (what `rollsweep run` uses), as a function of no arguments."""
+    (what `rollsweep run` uses; `solver`: another of the engine's), as a function of no arguments."""
     from engine import SolverSettings
     from engine.solve import evaluate, make_plan
 
     settings = SolverSettings(rtol=RTOL, atol=ATOL, max_segments=max_segments)
-    plan = make_plan(study, points=heights.size)
+    plan = make_plan(study, solver=solver, points=heights.size)
     columns = {"height": heights, "restitution": restitutions,
                "min_speed": np.broadcast_to(np.float64(ball.MIN_SPEED), heights.shape)}
 
@@ -417,17 +417,18 @@ def in_process_method(text_for):
 
 
 def in_process_methods(heights, restitutions, skipped: list, failed: dict, room: dict,
-                       with_one_thread: bool = True) -> tuple[dict, str]:
+                       with_one_thread: bool = True, solver=None) -> tuple[dict, str]:
     """label -> a method (see measured): the engine's compiled calls of each study at each max_segments, and the numba
     peers; and the CPU peer's label (the table's reference). room: (what, study)
-    -> {max_segments: label}, filled. with_one_thread: also the CPU peer on one thread."""
+    -> {max_segments: label}, filled. with_one_thread: also the CPU peer on one thread; solver: the
+    compiled calls' (None: the plan's default)."""
     import jax
 
     methods = {}
     platform = jax.devices()[0].platform
     for study in STUDIES.values():
         for segments in SEGMENTS:
-            calls, plan = engine_calls(heights, restitutions, segments, study)
+            calls, plan = engine_calls(heights, restitutions, segments, study, solver)
             label = (f"engine: compiled calls on {platform} ({plan.solver.name}, batch {plan.batch:,}), rest time "
                      f"from {READS[study.name]}, max_segments {segments}{THE_SWEEPS[segments]}")
             methods[label] = timed(calls)
@@ -481,6 +482,9 @@ def main():
     parser.add_argument("--cudasim-check", action="store_true", help="only check the CUDA kernel (simulator)")
     parser.add_argument("--calls-only", action="store_true",
                         help="only the compiled calls and the numba peers, no rollsweep processes (a GPU lease)")
+    parser.add_argument("--solver", choices=("lanes", "vmapped", "fused"), default=None,
+                        help="the compiled calls' solver (default: the plan's; fused on CPU runs the kernel backend "
+                             "ROLLSWEEP_KERNEL_BACKEND names: host, the generated C, or Pallas in interpret mode)")
     parser.add_argument("--marginal", type=int, default=None, metavar="N",
                         help="also `rollsweep run` (rest time from sol.t, the sweep's max_segments) and numba on an "
                              "N x N grid in the same rounds: each one's rate between the two sizes (start-up cancels)")
@@ -494,7 +498,7 @@ def main():
 
     failed, skipped, room = {}, [], {}
     methods, reference = in_process_methods(heights, restitutions, skipped, failed, room,
-                                            with_one_thread=not args.calls_only)
+                                            with_one_thread=not args.calls_only, solver=args.solver)
     with tempfile.TemporaryDirectory(prefix="rollsweep_bounces_") as tmp:
         folder = pathlib.Path(tmp)
         registration = write_registration(folder / "site")
