@@ -69,3 +69,10 @@ def test_an_event_solve_returns_the_start_of_its_last_step():
     again = explicit_step(diffrax.Tsit5().tableau, lambda t, y: TERM.vf(t, y, None), start.t_start, t_end,
                           start.y_start, start.f_start)
     np.testing.assert_allclose(again.y1, y_end, rtol=0, atol=1e-15)
+
+
+def test_settings_made_in_code_name_only_a_known_solver():
+    """A sweep file's solver is checked when read; settings made in code are
+    checked when their solver is made (diffrax has many other names)."""
+    with pytest.raises(ValueError, match="'ODETerm' is not one of"):
+        SolverSettings(solver="ODETerm").make_solver()

@@ -50,6 +50,19 @@ def test_an_accelerator_task_of_small_shards_is_one_call():
     assert aim == plan.batch // shard * shard  # the whole shards one call holds
 
 
+@pytest.mark.parametrize("points", [10**5, 10**6, 2 * 10**6])
+def test_an_accelerator_run_of_few_calls_is_not_cut_into_one_shard_tasks(points):
+    """A run of fewer points than two calls a thread, shards of 32,768: each task
+    still fills a call (the whole shards one call holds), not one shard padded
+    to a whole call (1e6 points on a GPU: 31 calls instead of 2)."""
+    plan = make_plan(load_study("pingpong"), GPU, points=points)
+    shard = 32_768
+    aim = task_points(plan, points, 2, shard)
+    assert aim == plan.batch // shard * shard, (plan.batch, aim)
+    tasks = group([("grid", i, shard) for i in range(-(-points // shard))], aim)
+    assert len(tasks) == -(-points // aim)
+
+
 def _padding(batch, shard, shards):
     return 1 - shards * shard / (math.ceil(shards * shard / batch) * batch)
 

@@ -28,24 +28,35 @@ import numcodecs
 import numpy as np
 import zarr.codecs
 
+from engine.cube.aio import sync
+
 # Blosc's shuffle by zarr's name -> numcodecs' number.
 _SHUFFLE = {"noshuffle": numcodecs.Blosc.NOSHUFFLE, "shuffle": numcodecs.Blosc.SHUFFLE,
             "bitshuffle": numcodecs.Blosc.BITSHUFFLE}
 
 _lock = threading.Lock()
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
-_pool_pid: int | None = None
+
+
+def _forget_pool() -> None:
+    """In a forked child: its parent's threads (and a lock one may have held) are not in it."""
+    global _lock, _pool
+    _lock, _pool = threading.Lock(), None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def pool() -> concurrent.futures.ThreadPoolExecutor:
-    """The process's chunk writers (the executor's default size, a few more
-    threads than cores: a job also waits on the file system). A forked child
-    starts its own, as its parent's threads are not in it."""
-    global _pool, _pool_pid
+    """The process's chunk writers: a few more threads than the cores it may use
+    (its affinity: a SLURM job's 2 cores of 128 get 6 threads, not 32), since a
+    job also waits on the file system."""
+    global _pool
     with _lock:
-        if _pool is None or _pool_pid != os.getpid():
-            _pool = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="rollsweep-chunks")
-            _pool_pid = os.getpid()
+        if _pool is None:
+            usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            _pool = concurrent.futures.ThreadPoolExecutor(min(32, usable + 4), thread_name_prefix="rollsweep-chunks")
         return _pool
 
 
@@ -61,7 +72,9 @@ def digest(values: np.ndarray) -> str:
 
 class ChunkWriter:
     """Writes whole chunks of one array of a local zarr v3 store. `array`: the
-    array opened by zarr (its metadata is read once, here)."""
+    array opened by zarr's asynchronous API (its metadata is read once, here).
+    An array of other codecs than the cube's (a cube written by an earlier
+    version, zstd alone) is written through zarr's own `setitem`."""
 
     def __init__(self, root: pathlib.Path, name: str, array):
         meta = array.metadata
@@ -72,7 +85,11 @@ class ChunkWriter:
         self.dtype = np.dtype(array.dtype).newbyteorder("<")
         self.fill = meta.fill_value
         self._key = meta.encode_chunk_key
-        self._encoder = _encoder(meta.codecs, self.dtype, f"array {name!r}")
+        self._array = array
+        try:
+            self._encoder = _encoder(meta.codecs, self.dtype, f"array {name!r}")
+        except ValueError:
+            self._encoder = None
 
     def chunk_of(self, region: tuple) -> tuple[int, ...]:
         """The coordinates of the chunk that `region` (slices of the leading
@@ -89,8 +106,15 @@ class ChunkWriter:
     def write(self, region: tuple, values) -> str:
         """Write `values` (shaped like `region`) as its chunk; their checksum."""
         values = np.asarray(values, dtype=self.dtype)
+        coords = self.chunk_of(region)
+        region = tuple(region) + tuple(slice(0, n) for n in self.shape[len(region):])
+        if values.shape != tuple(s.stop - s.start for s in region):
+            raise ValueError(f"{self.name}: values of shape {values.shape} for the region {region}")
         checksum = digest(values)
-        path = self.folder / self._key(self.chunk_of(region))
+        if self._encoder is None:
+            sync(self._array.setitem(region, values))
+            return checksum
+        path = self.folder / self._key(coords)
         if values.shape != self.chunks:  # an edge chunk: zarr stores it whole, the rest fill value
             whole = np.full(self.chunks, self.fill, self.dtype)
             whole[tuple(slice(0, n) for n in values.shape)] = values

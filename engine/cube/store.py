@@ -173,8 +173,13 @@ class Cube:
         (engine.cube.chunks), all of them at once; it returns once every one
         has ended, and raises the first error (a full disk) after that."""
         writers = self._writers(list(dict.fromkeys(name for _, values in regions for name in values)))
-        writing = pool()
-        jobs = [{name: writing.submit(writers[name].write, region, array) for name, array in values.items()}
-                for region, values in regions]
-        concurrent.futures.wait([job for shard in jobs for job in shard.values()])
+        writing, submitted, jobs = pool(), [], []
+        try:
+            for region, values in regions:
+                jobs.append({})
+                for name, array in values.items():
+                    jobs[-1][name] = writing.submit(writers[name].write, region, array)
+                    submitted.append(jobs[-1][name])
+        finally:  # every job submitted has ended before this returns or raises (Ctrl-C, a refused submit)
+            concurrent.futures.wait(submitted)
         return [{name: job.result() for name, job in shard.items()} for shard in jobs]

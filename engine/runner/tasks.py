@@ -72,8 +72,10 @@ def task_points(plan, points: int, threads: int, shard_points: int = 0) -> int:
     if plan.device.accelerator:
         if shard_points < 1:
             return plan.batch
-        most = max(shard_points, min(ACCELERATOR_TASK_CALLS * plan.batch, ACCELERATOR_TASK_POINTS,
-                                     math.ceil(points / threads)))
+        # At least one call's worth (a run of fewer points than two calls is not cut
+        # into one-shard tasks, each a whole call mostly padding), at most the caps.
+        most = max(shard_points, plan.batch, min(ACCELERATOR_TASK_CALLS * plan.batch, ACCELERATOR_TASK_POINTS,
+                                                 math.ceil(points / threads)))
         return shard_points * accelerator_shards(plan.batch, shard_points, most)
     share = math.ceil(points / (TASKS_PER_THREAD * threads))
     share = max(share, min(plan.solver.full_call(plan), math.ceil(points / (MIN_TASKS_PER_THREAD * threads))))

@@ -61,6 +61,8 @@ class SolverSettings:
     def make_solver(self):
         import diffrax
 
+        if self.solver not in SOLVERS:  # a sweep file's is checked when read; settings made in code are not
+            raise ValueError(f"solver {self.solver!r} is not one of {sorted(SOLVERS)}")
         return getattr(diffrax, self.solver)()
 
     def make_controller(self):
