@@ -132,7 +132,8 @@ def parsed_rows(part: str, output: str, seconds: float, limit: float | None = No
         if run:
             rows.append({"method": "stream_large.py --study pingpong (rollsweep run, inline, shards of 2^20)",
                          "points": number(points.group(1)) if points else None, "rate": number(run.group(2)),
-                         "note": f"run {run.group(1)} s; " + "; ".join(re.sub(r"\s+", " ", d) for d in details)})
+                         "note": f"run {run.group(1)} s; " + "; ".join(re.sub(r"\s+", " ", d) for d in details)
+                         + profile_note(output)})
     elif part == "startup":
         # startup.py's rows: config, cold|warm, seconds at each stage, CPU seconds, exported programs.
         header = re.search(r"^config\s+run\s+(.*?)\s+exported programs$", output, re.MULTILINE)

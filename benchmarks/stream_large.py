@@ -90,7 +90,8 @@ def main() -> int:
 
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        subprocess.run([*ROLLSWEEP, "run", config, "--quiet", "--overwrite"], check=True, env=CHILD_ENV)
+        # --profile: the run's stages (where a 1e8-point stream spends its time) printed at its end.
+        subprocess.run([*ROLLSWEEP, "run", config, "--quiet", "--overwrite", "--profile"], check=True, env=CHILD_ENV)
         seconds = time.perf_counter() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         # CPU time of the run (all its threads): on a shared machine, a measure of

@@ -182,3 +182,21 @@ def test_bench_kernels_rows_with_copies_on_the_device_and_into_pinned_memory():
         ("fused solver, kernel backend cuda", 23_890_000),
         ("fused solver, kernel backend cuda, inputs on the device", 140_650_000),
         ("fused solver, kernel backend cuda, results to pinned host memory in the call", 61_000_000)]
+
+
+def test_the_streams_row_carries_its_runs_stages():
+    output = ("pingpong: 100,000,000 points, shards of 1,048,576, outputs final_displacement, stop_time\n"
+              "x.zarr: created; 97 shards, 100,000,000 points solved in 6.33 s (15,798,129 points/s), "
+              "0 of them failed\n"
+              "where the time went: 9.50 s in all\n"
+              "  start-up     2.500 s  the interpreter's start and the imports, before the run was called\n"
+              "  solving      6.330 s  the tasks, from the first handed out to the last one's report\n"
+              "    on 2 threads (thread-seconds, share of their time):\n"
+              "      packing     3.000 s  23.7%  host work on a task's points\n"
+              "      writes      5.000 s  39.5%  the shards' regions written into the store\n"
+              "run:             9.7 s, 10,357,092 points/s end to end; CPU 18.9 s\n"
+              "peak memory:     1.16 GiB resident, the whole run (49.9% of the cube)\n")
+    (row,) = gpu_table.parsed_rows("stream", output, 27.0)
+    assert row["rate"] == 10_357_092
+    assert row["note"].startswith("run 9.7 s; peak memory: 1.16 GiB resident")
+    assert row["note"].endswith("; stages: start-up 2.50 s, solving 6.33 s (packing 24%, writes 40%)"), row["note"]
