@@ -47,6 +47,19 @@ D5=701980252875/199316789632; D6=-1453857185/822651844; D7=69997945/29380423
 """
 
 
+def cuda_device_source(source: str, replacements, what: str) -> str:
+    """A numba CPU peer's source made CUDA device functions, for a numba-CUDA
+    peer doing the same arithmetic: each (old, new) of `replacements` replaced
+    (a RuntimeError naming `what` where `old` is gone: its source changed), and
+    its parallel CPU loop, from `@njit(parallel=True` on, cut off (the caller
+    appends its kernel)."""
+    for old, new in replacements:
+        if old not in source:
+            raise RuntimeError(f"{what} changed: {old!r} not found")
+        source = source.replace(old, new)
+    return source[: source.index("@njit(parallel=True")]
+
+
 def numba_cuda_namespace(source: str, filename: str) -> dict | None:
     """The names a numba-CUDA peer's source defines, compiled as `filename`
     (None: no numba or no CUDA device). numba-cuda (<= 0.30.4) overloads

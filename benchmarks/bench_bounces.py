@@ -50,6 +50,7 @@ import numpy as np
 from _common import (
     DOPRI5_CONSTANTS,
     add_tests_to_path,
+    cuda_device_source,
     engine_end_to_end,
     machine,
     numba,
@@ -243,16 +244,10 @@ def cuda_source() -> str:
     """The numba source compiled for the GPU: its functions made CUDA device
     functions, and a kernel (one thread a point) in place of its parallel loop;
     the same arithmetic as the CPU peer."""
-    source = NUMBA_SOURCE
     replacements = [("from numba import njit, prange\n", "from numba import cuda\n"),
                     ('@njit(inline="always")', "@cuda.jit(device=True)"),
                     ("@njit(cache=True)\ndef bounce", "@cuda.jit(device=True)\ndef bounce")]
-    for old, new in replacements:
-        if old not in source:
-            raise RuntimeError(f"the numba source changed: {old!r} not found")
-        source = source.replace(old, new)
-    source = source[: source.index("@njit(parallel=True")]
-    return source + '''
+    return cuda_device_source(NUMBA_SOURCE, replacements, "the numba source") + '''
 @cuda.jit
 def sweep_kernel(heights, restitutions, rest, impacts, steps, min_speed, g, rtol, atol, max_steps, max_segments):
     i = cuda.grid(1)

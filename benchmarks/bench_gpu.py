@@ -30,6 +30,7 @@ import numpy as np
 from _common import (
     add_tests_to_path,
     best_of,
+    cuda_device_source,
     machine,
     numba,
     numba_cuda_namespace,
@@ -58,7 +59,6 @@ def cuda_source() -> str:
     """bench_pingpong's numba Dormand-Prince, compiled for the GPU: the same
     source, its functions made CUDA device functions, and a kernel in place of
     its parallel CPU loop (so both baselines do the same arithmetic)."""
-    source = pingpong.NUMBA_SOURCE
     replacements = [
         ("import numpy as np\nfrom numba import njit, prange\n", "import math\nfrom numba import cuda\n"),
         ('@njit(inline="always")', "@cuda.jit(device=True)"),
@@ -66,12 +66,7 @@ def cuda_source() -> str:
         ("np.sqrt(", "math.sqrt("),
         ("np.sign(", "_sign("),
     ]
-    for old, new in replacements:
-        if old not in source:
-            raise RuntimeError(f"bench_pingpong's numba source changed: {old!r} not found")
-        source = source.replace(old, new)
-    source = source[: source.index("@njit(parallel=True")]
-    return source + '''
+    return cuda_device_source(pingpong.NUMBA_SOURCE, replacements, "bench_pingpong's numba source") + '''
 @cuda.jit(device=True)
 def _sign(x):
     return 1.0 if x > 0 else (-1.0 if x < 0 else 0.0)

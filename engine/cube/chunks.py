@@ -91,10 +91,13 @@ class ChunkWriter:
         except ValueError:
             self._encoder = None
 
+    def whole(self, region: tuple) -> tuple[slice, ...]:
+        """`region` (slices of the leading dimensions) with the others whole."""
+        return tuple(region) + tuple(slice(0, n) for n in self.shape[len(region):])
+
     def chunk_of(self, region: tuple) -> tuple[int, ...]:
-        """The coordinates of the chunk that `region` (slices of the leading
-        dimensions; the others whole) covers exactly."""
-        region = tuple(region) + tuple(slice(0, n) for n in self.shape[len(region):])
+        """The coordinates of the chunk that `region` (a slice of every dimension:
+        whole) covers exactly."""
         coords = []
         for s, size, chunk in zip(region, self.shape, self.chunks, strict=True):
             index, offset = divmod(s.start, chunk)
@@ -106,8 +109,8 @@ class ChunkWriter:
     def write(self, region: tuple, values) -> str:
         """Write `values` (shaped like `region`) as its chunk; their checksum."""
         values = np.asarray(values, dtype=self.dtype)
+        region = self.whole(region)
         coords = self.chunk_of(region)
-        region = tuple(region) + tuple(slice(0, n) for n in self.shape[len(region):])
         if values.shape != tuple(s.stop - s.start for s in region):
             raise ValueError(f"{self.name}: values of shape {values.shape} for the region {region}")
         checksum = digest(values)

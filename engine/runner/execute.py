@@ -28,7 +28,7 @@ from engine.cube.store import Cube
 from engine.errors import ConfigError
 from engine.runner.cost import check_memory, fits_in_memory, plan_for
 from engine.runner.shard import record_failure, run_or_record
-from engine.runner.tasks import Task, group, task_points
+from engine.runner.tasks import Task, tasks_for
 from engine.solve.base import Plan
 from engine.solve.device import detect as detect_device
 from engine.solve.device import devices_name, local_devices
@@ -365,7 +365,7 @@ def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources
     pending = pending_shards(cube)
     points = sum(p for _, _, p in pending)
     threads = in_flight(executor, workers, plan)
-    tasks = group(pending, task_points(plan, points, threads, max((p for _, _, p in pending), default=0)))
+    tasks = tasks_for(pending, plan, threads)
     start = time.perf_counter()
     failed, failed_shards, solved, shards_done = 0, 0, 0, 0
     name = sweep.study.name

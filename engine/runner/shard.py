@@ -34,8 +34,6 @@ def _point_params(sweep: Sweep, names, columns, n) -> dict:
     return params
 
 
-
-
 def _by_shard(task: Task, arrays: dict) -> list[dict]:
     """A task's flat result arrays cut back into its shards' pieces."""
     offsets = np.cumsum((0,) + task.sizes)

@@ -16,7 +16,7 @@ from engine.runner.cost import check_memory, fits_in_memory, plan_for
 from engine.runner.execute import default_workers, inline_results, pending_shards
 from engine.runner.shard import record_failure
 from engine.runner.slurm import array_script, check_script, read_share, resolve, sbatch, write_share
-from engine.runner.tasks import Task, group, task_points
+from engine.runner.tasks import Task, tasks_for
 from engine.solve.device import devices_name
 from engine.sweep.config import Sweep
 
@@ -100,7 +100,6 @@ def work(store, task: int, share) -> int:
     threads = min(default_workers("inline", sweep, plan), len(pending))
     if not fits_in_memory(sweep, threads, plan):
         threads = 1  # as the submission checked: a task at a time
-    sizes = [p for _, _, p in pending]
-    tasks = group(pending, task_points(plan, sum(sizes), threads, max(sizes)))
+    tasks = tasks_for(pending, plan, threads)
     failures = sum(info["raised"] for info in inline_results(cube, plan, tasks, threads))
     return 1 if failures else 0

@@ -102,6 +102,13 @@ def accelerator_shards(batch: int, shard: int, most: int) -> int:
     return best
 
 
+def tasks_for(pending, plan, threads: int) -> list[Task]:
+    """Pending shards, (kind, shard, points) in order, as the tasks a run of them
+    solves on `threads` threads with `plan` (task_points, then group)."""
+    sizes = [points for _, _, points in pending]
+    return group(pending, task_points(plan, sum(sizes), threads, max(sizes, default=0)))
+
+
 def group(pending, size: int) -> list[Task]:
     """Pending shards, (kind, shard, points) in order, as tasks of up to `size`
     points: consecutive shards of one kind, at least one shard a task."""

@@ -48,11 +48,11 @@ class Layout:
         (each shard's in C order over its block). Written once into the arrays
         (no mesh per shard, then joined: two copies of every column)."""
         regions = [self.region(shard) for shard in shards]
-        sizes = [math.prod(s.stop - s.start for s in region) for region in regions]
-        columns = [np.empty(sum(sizes), np.asarray(values).dtype) for values in axes_values]
+        shapes = [tuple(s.stop - s.start for s in region) for region in regions]
+        columns = [np.empty(sum(map(math.prod, shapes)), np.asarray(values).dtype) for values in axes_values]
         offset = 0
-        for region, size in zip(regions, sizes, strict=True):
-            shape = tuple(s.stop - s.start for s in region)
+        for region, shape in zip(regions, shapes, strict=True):
+            size = math.prod(shape)
             for axis, (column, values) in enumerate(zip(columns, axes_values, strict=True)):
                 along = [None] * len(shape)
                 along[axis] = slice(None)  # this axis's values, broadcast over the block's other axes

@@ -109,7 +109,7 @@ class HostKernel:
                                     f"({CTYPES_MAX_ARGUMENTS - 1} and the point count)")
         entry = getattr(library(source), HOST_ENTRY)
         entry.restype = None
-        entry.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * (len(source.in_dtypes) + len(source.out_dtypes))
+        entry.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * columns
         self._entry = entry
 
     @classmethod
