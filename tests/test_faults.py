@@ -154,7 +154,7 @@ def test_disk_errors_stop_cleanly_and_leave_a_resumable_store(
     are kept (two, one shard a task and a task at a time; with two threads,
     tasks already running finish too), and the same command afterwards
     completes the cube."""
-    import engine.runner.execute
+    import engine.runner.tasks
     from engine.cli.commands import main
     from engine.cube.store import Cube
 
@@ -168,7 +168,7 @@ def test_disk_errors_stop_cleanly_and_leave_a_resumable_store(
             raise OSError(error[0], error[1], str(cube.path))
         return real_write(cube, regions)
 
-    monkeypatch.setattr(engine.runner.execute, "task_points", lambda *args: 1)  # a task per shard
+    monkeypatch.setattr(engine.runner.tasks, "task_points", lambda *args: 1)  # a task per shard
     monkeypatch.setattr(Cube, "write_regions", failing_write)
     assert main(["run", str(path), "--quiet", "--workers", str(threads)]) == 2
     err = capsys.readouterr().err
