@@ -23,10 +23,10 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from engine.pytree import pytree_dataclass
 from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
 from engine.solve.stepper import step as unrolled_step
 from engine.study.status import Status
@@ -92,7 +92,8 @@ class Mode:
     ends_at_horizon: bool = False
 
 
-class HybridSolution(eqx.Module):
+@pytree_dataclass
+class HybridSolution:
     """Outcome of one hybrid solve (one parameter point).
 
     event_t[k], event_y[k], event_code[k]: time, state (before the reset) and

@@ -11,11 +11,11 @@ import importlib.resources
 import math
 from collections.abc import Callable, Mapping
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from engine.pytree import pytree_dataclass
 ENTRY_POINT_GROUP = "rollsweep.studies"
 
 
@@ -123,13 +123,14 @@ class Constraint:
     message: str
 
 
-class PointResult(eqx.Module):
+@pytree_dataclass
+class PointResult:
     """What a study's per-point function returns (a pytree of JAX scalars/arrays)."""
 
     outputs: dict
     status: jax.Array  # int8, a `Status` code
-    num_steps: jax.Array = eqx.field(default_factory=lambda: jnp.asarray(0, jnp.int32))
-    num_events: jax.Array = eqx.field(default_factory=lambda: jnp.asarray(0, jnp.int32))
+    num_steps: jax.Array = dataclasses.field(default_factory=lambda: jnp.asarray(0, jnp.int32))
+    num_events: jax.Array = dataclasses.field(default_factory=lambda: jnp.asarray(0, jnp.int32))
 
 
 # eq=False: a study is a singleton, hashed by identity (it keys compile caches).

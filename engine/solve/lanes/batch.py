@@ -1,7 +1,6 @@
 """One call's points on refilling lanes: the loop, its flushes and its tail."""
 
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -217,7 +216,7 @@ class _Batch:
         if lane.point.shape[0] == self.lanes:
             lane, next_point = self.refill(lane, finished | (lane.point >= self.n), next_point)
         else:  # the tail: no points are left to take
-            lane = eqx.tree_at(lambda lane_: lane_.point, lane, jnp.where(finished, self.n, lane.point))
+            lane = _replace(lane, point=jnp.where(finished, self.n, lane.point))
         return lane, results, next_point
 
     def loop(self, lane, results, next_point, keep_going):

@@ -2,9 +2,9 @@
 locating a crossing adds, and what is planned for each point before the loop."""
 
 
-import equinox as eqx
 import jax
 
+from engine.pytree import pytree_dataclass, replace
 from engine.solve.hybrid import HybridSolution
 from engine.study.status import Status
 
@@ -26,7 +26,8 @@ _IDLE = Status.SUCCESS
 _NONFINITE_SHRINK = 0.2
 
 
-class _Lane(eqx.Module):
+@pytree_dataclass
+class _Lane:
     """State of the lanes (every field has a trailing lane axis)."""
 
     point: jax.Array  # index into the batch; the batch size means "no point"
@@ -47,7 +48,8 @@ class _Lane(eqx.Module):
     span: jax.Array
 
 
-class _Search(eqx.Module):
+@pytree_dataclass
+class _Search:
     """Lanes locating a crossing inside the step [t, t + span] of `lane`: it lies
     in [t + lo, t + hi]."""
 
@@ -62,7 +64,8 @@ class _Search(eqx.Module):
     located: jax.Array  # located and recorded: ends or goes on after the loop
 
 
-class _Plan(eqx.Module):
+@pytree_dataclass
+class _Plan:
     """Per-point starting data, computed for the whole batch before the loop."""
 
     y: jax.Array
@@ -75,11 +78,11 @@ class _Plan(eqx.Module):
 
 
 def _replace_solution(solution: HybridSolution, **changes) -> HybridSolution:
-    return eqx.tree_at(lambda s: tuple(getattr(s, k) for k in changes), solution, tuple(changes.values()))
+    return replace(solution, **changes)
 
 
 def _replace(lane: _Lane, **changes) -> _Lane:
-    return eqx.tree_at(lambda lane_: tuple(getattr(lane_, k) for k in changes), lane, tuple(changes.values()))
+    return replace(lane, **changes)
 
 
 def _end(lane: _Lane) -> dict:
