@@ -103,3 +103,60 @@ def test_the_program_freezes_what_it_imported_and_main_does_not():
         assert gc.get_freeze_count() > 100_000
     finally:
         gc.unfreeze()
+
+
+def _ended(code: str, tmp_path) -> tuple:
+    """`code` run by a new interpreter (with `tmp_path` as its folder): (exit
+    code, stdout, the files it left in tmp_path)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    return done.returncode, done.stdout, sorted(p.name for p in tmp_path.iterdir())
+
+
+def test_the_program_ends_at_once_with_its_code_and_its_output(tmp_path):
+    """The `rollsweep` process, its command done, ends without the interpreter's
+    exit (the handlers registered for it do not run: `atexit` is one), its
+    output flushed and its exit code kept."""
+    code, out, left = _ended("""
+        import atexit, sys
+        from engine.cli.commands import _exit_now
+        atexit.register(lambda: open("atexit-ran", "w").close())
+        sys.stdout.write("said, not yet flushed")
+        _exit_now(3)
+        """, tmp_path)
+    assert (code, out, left) == (3, "said, not yet flushed", [])
+
+
+def test_the_program_waits_for_what_is_still_running(tmp_path):
+    """A thread not known to idle (a cluster still closing, say) is waited for:
+    the interpreter exits as usual."""
+    code, out, left = _ended("""
+        import threading, time
+        from engine.cli.commands import _exit_now
+        def late():
+            time.sleep(0.5)
+            open("written-late", "w").close()
+        threading.Thread(target=late).start()
+        _exit_now(4)
+        """, tmp_path)
+    assert (code, left) == (4, ["written-late"])
+
+
+def test_python_m_engine_cli_is_the_program(small_sweep, tmp_path):
+    """`python -m engine.cli` (what job scripts run): a run's summary printed,
+    its cube whole; bad input's exit code and message."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "engine.cli", "run", str(small_sweep()), "--quiet"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "created; 5 shards, 23 points solved" in done.stdout
+    assert main(["verify", str(tmp_path / "cube.zarr")]) == 0
+    done = subprocess.run([sys.executable, "-m", "engine.cli", "run", str(tmp_path / "missing.toml")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "missing.toml" in done.stderr and "cannot read" in done.stderr, done.stderr

@@ -2,3 +2,4 @@
 
 from engine.cli.commands import entry as entry
 from engine.cli.commands import main as main
+from engine.cli.commands import program as program

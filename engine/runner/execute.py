@@ -26,6 +26,7 @@ from engine.cube.markers import KINDS
 from engine.cube.prepare import prepare
 from engine.cube.store import Cube
 from engine.errors import ConfigError
+from engine.runner.ahead import load_ahead_of_run
 from engine.runner.cost import check_memory, fits_in_memory, plan_for
 from engine.runner.shard import record_failure, run_or_record
 from engine.runner.tasks import Task, tasks_for
@@ -351,6 +352,7 @@ def _run(sweep, executor, workers, scheduler, overwrite, progress, slurm, connec
     configure()  # before the plan: the programs its check compiles come from the compile cache too
     plan = plan or plan_for(sweep)  # the run's one plan: this process's device, solver and batch
     workers = workers or sweep.workers or default_workers(executor, sweep, plan)
+    load_ahead_of_run(sweep, plan, executor, overwrite)  # its compile overlaps the store's creation
     check_memory(sweep, in_flight(executor, workers, plan), plan)
     with stages.stage("store"):
         cube, state = prepare(sweep, sweep.out, overwrite=overwrite, devices=devices_name(plan.device.platform))

@@ -23,15 +23,6 @@ from engine.solve.device import device_name, on_platform
 from engine.solve.evaluate import evaluate
 from engine.study.source import study_folder
 from engine.study.status import Status
-from engine.sweep.config import Sweep
-
-
-def _point_params(sweep: Sweep, names, columns, n) -> dict:
-    # A fixed parameter is one value seen n times (a read-only view, not n copies:
-    # a shard of 2^20 points wrote 8 MiB for each).
-    params = {k: np.broadcast_to(np.asarray(v), (n,)) for k, v in sweep.parameters.items()}
-    params.update(dict(zip(names, columns, strict=True)))
-    return params
 
 
 def _by_shard(task: Task, arrays: dict) -> list[dict]:
@@ -54,7 +45,7 @@ def run_grid_task(cube: Cube, plan: Plan, task: Task) -> dict:
     sweep, grid = cube.sweep, cube.layout(GRID)
     columns = grid.points(task.shards, [a.values for a in sweep.axes])
     start = time.perf_counter()
-    params = _point_params(sweep, sweep.axis_names, columns, task.points)
+    params = sweep.point_params(sweep.axis_names, columns, task.points)
     result = evaluate(sweep.study, sweep.solver, params, outputs=sweep.outputs, plan=plan)
     flat = dict(result.outputs, status=result.status, num_steps=result.num_steps, num_events=result.num_events)
     return _finish(cube, task, result.status, start, _regions(grid, task, flat))
@@ -65,7 +56,7 @@ def run_critical_task(cube: Cube, plan: Plan, task: Task) -> dict:
     c = sweep.critical
     other = [a for a in sweep.axes if a.name != c.axis]
     columns = layout.points(task.shards, [a.values for a in other])
-    base = _point_params(sweep, [a.name for a in other], columns, task.points)
+    base = sweep.point_params([a.name for a in other], columns, task.points)
     start = time.perf_counter()
 
     def output_at(x, index):

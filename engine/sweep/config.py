@@ -89,6 +89,15 @@ class Sweep:
     def axis_names(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.axes)
 
+    def point_params(self, names, columns, n: int) -> dict:
+        """The parameters of `n` points: the axes `names` as their `columns`, and
+        every fixed parameter as one value seen n times (a read-only view, not n
+        copies: a shard of 2^20 points wrote 8 MiB for each, and the solver
+        recognises it as fixed: engine.solve.evaluate)."""
+        params = {k: np.broadcast_to(np.asarray(v), (n,)) for k, v in self.parameters.items()}
+        params.update(dict(zip(names, columns, strict=True)))
+        return params
+
     def canonical(self) -> dict:
         """Everything that determines the cube's values and layout (not where or how it runs)."""
         return {
