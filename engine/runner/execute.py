@@ -368,7 +368,6 @@ def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources
     points = sum(p for _, _, p in pending)
     threads = in_flight(executor, workers, plan)
     tasks = tasks_for(pending, plan, threads)
-    start = time.perf_counter()
     failed, failed_shards, solved, shards_done = 0, 0, 0, 0
     name = sweep.study.name
     bar = tqdm(
@@ -382,6 +381,7 @@ def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources
         dynamic_ncols=True,
     )
     task_seconds = {}
+    solved_before = stages.current().seconds.get("solving", 0.0)
     with bar, stages.stage("solving"):
         for info in _results(cube, plan, tasks, executor, workers, scheduler, resources):
             shards_done += info["shards"]
@@ -392,7 +392,10 @@ def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources
             bar.set_description(f"{name} shards {shards_done}/{len(pending)}" + (
                 f", {failed_shards} raised" if failed_shards else ""))
             bar.update(info["points"])
-    seconds = time.perf_counter() - start
+    # The solving stage's own seconds (run() always runs a clock): a time taken
+    # around it would also hold whatever delayed this thread on its way in or out
+    # (another thread holding the GIL: the program's compile, engine.runner.ahead).
+    seconds = stages.current().seconds["solving"] - solved_before
     # The tasks' threads (or workers) in no task: waiting for one, or idle at the end.
     task_seconds["waiting"] = max(0.0, threads * seconds - sum(task_seconds.values()))
     return RunReport(
