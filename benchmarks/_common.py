@@ -190,7 +190,7 @@ def rollsweep_process(*args, path=()) -> tuple[float, subprocess.CompletedProces
     interpreter), with the folders `path` (write_registration's) and this checkout
     on its PYTHONPATH; its output captured. A non-zero exit raises RuntimeError,
     its error's last line first (what a table's FAILED row shows)."""
-    command = [sys.executable, "-c", "import sys; from engine.cli.commands import entry; sys.exit(entry())", *args]
+    command = [sys.executable, "-c", "from engine.cli.commands import program; program()", *args]
     entries = [str(p) for p in path] + [str(ROOT), os.environ.get("PYTHONPATH", "")]
     start = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,

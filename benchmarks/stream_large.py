@@ -43,7 +43,7 @@ CHECKED_FROM = 2**30
 # The CLI as this interpreter runs it, from this checkout: never a `rollsweep`
 # looked for beside sys.executable (on a machine whose Python has no such
 # script, or another version of it, that lookup fails or runs the wrong code).
-ROLLSWEEP = [sys.executable, "-c", "import sys; from engine.cli.commands import entry; sys.exit(entry())"]
+ROLLSWEEP = [sys.executable, "-c", "from engine.cli.commands import program; program()"]
 CHILD_ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(
     filter(None, [str(pathlib.Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")])))
 
