@@ -19,7 +19,7 @@ import time
 # A run's stages, in the order of its report: (name, what it holds).
 RUN_STAGES = (
     ("start-up", "the interpreter's start and the imports, before the run was called"),
-    ("planning", "the sweep's plan, memory check and tasks"),
+    ("planning", "the sweep read and planned, the runner's modules imported, memory checked, tasks made"),
     ("program", "the solver's program read or traced, and lowered, ahead of the tasks; compiled beside the store"),
     ("store", "the cube made ready: created, or resumed and checked"),
     ("solving", "the tasks, from the first handed out to the last one's report"),
