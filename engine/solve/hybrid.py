@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from engine.pytree import pytree_dataclass
+from engine.pytree import PytreeDataclass
 from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
 from engine.solve.stepper import step as unrolled_step
 from engine.study.status import Status
@@ -92,8 +92,7 @@ class Mode:
     ends_at_horizon: bool = False
 
 
-@pytree_dataclass
-class HybridSolution:
+class HybridSolution(PytreeDataclass):
     """Outcome of one hybrid solve (one parameter point).
 
     event_t[k], event_y[k], event_code[k]: time, state (before the reset) and

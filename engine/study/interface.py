@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.pytree import pytree_dataclass
+from engine.pytree import PytreeDataclass
+
 ENTRY_POINT_GROUP = "rollsweep.studies"
 
 
@@ -123,8 +124,7 @@ class Constraint:
     message: str
 
 
-@pytree_dataclass
-class PointResult:
+class PointResult(PytreeDataclass):
     """What a study's per-point function returns (a pytree of JAX scalars/arrays)."""
 
     outputs: dict

@@ -4,7 +4,7 @@ locating a crossing adds, and what is planned for each point before the loop."""
 
 import jax
 
-from engine.pytree import pytree_dataclass, replace
+from engine.pytree import PytreeDataclass, replace
 from engine.solve.hybrid import HybridSolution
 from engine.study.status import Status
 
@@ -26,8 +26,7 @@ _IDLE = Status.SUCCESS
 _NONFINITE_SHRINK = 0.2
 
 
-@pytree_dataclass
-class _Lane:
+class _Lane(PytreeDataclass):
     """State of the lanes (every field has a trailing lane axis)."""
 
     point: jax.Array  # index into the batch; the batch size means "no point"
@@ -48,8 +47,7 @@ class _Lane:
     span: jax.Array
 
 
-@pytree_dataclass
-class _Search:
+class _Search(PytreeDataclass):
     """Lanes locating a crossing inside the step [t, t + span] of `lane`: it lies
     in [t + lo, t + hi]."""
 
@@ -64,8 +62,7 @@ class _Search:
     located: jax.Array  # located and recorded: ends or goes on after the loop
 
 
-@pytree_dataclass
-class _Plan:
+class _Plan(PytreeDataclass):
     """Per-point starting data, computed for the whole batch before the loop."""
 
     y: jax.Array
