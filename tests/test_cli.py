@@ -160,3 +160,16 @@ def test_python_m_engine_cli_is_the_program(small_sweep, tmp_path):
     done = subprocess.run([sys.executable, "-m", "engine.cli", "run", str(tmp_path / "missing.toml")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "missing.toml" in done.stderr and "cannot read" in done.stderr, done.stderr
+
+
+def test_the_program_leaves_a_profilers_report_to_the_interpreters_exit(tmp_path):
+    """Under a profiler or tracer (cProfile, coverage), which report at exit, the
+    interpreter exits as usual."""
+    code, out, left = _ended("""
+        import atexit, sys
+        from engine.cli.commands import _exit_now
+        atexit.register(lambda: open("atexit-ran", "w").close())
+        sys.setprofile(lambda frame, event, arg: None)
+        _exit_now(0)
+        """, tmp_path)
+    assert (code, left) == (0, ["atexit-ran"])

@@ -5,6 +5,8 @@ caches (no second lowering or compile), give the bits it gives without it,
 and a program that cannot be made must fail where it would without it: in the
 first call, with its own error."""
 
+import contextlib
+import dataclasses
 import threading
 
 import jax
@@ -14,6 +16,7 @@ import pytest
 
 from engine import Interval, Output, Parameter, PointResult, Study
 from engine.runner.ahead import load_ahead_of_run, load_grid_program
+from engine.runner.execute import run
 from engine.solve import make_plan
 from engine.solve.evaluate import compiled, evaluate, load_ahead
 from engine.sweep.config import load_sweep
@@ -21,8 +24,23 @@ from engine.sweep.settings import SolverSettings
 
 LOWERED = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 COMPILED = "/jax/core/compile/backend_compile_duration"
-_events: list[str] = []
-jax.monitoring.register_event_duration_secs_listener(lambda event, seconds, **kwargs: _events.append(event))
+# (event, the thread it happened on), recorded while a test listens (JAX keeps
+# a listener for the session: one is registered, recording into the current list).
+_listening: list[list] = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, seconds, **kwargs: _listening and event in (LOWERED, COMPILED)
+    and _listening[-1].append((event, threading.current_thread().name)))
+
+
+@contextlib.contextmanager
+def events():
+    """The block's programs lowered and compiled, as (LOWERED or COMPILED, the thread's name)."""
+    found: list = []
+    _listening.append(found)
+    try:
+        yield found
+    finally:
+        _listening.remove(found)
 
 
 def _drop(p, settings):
@@ -39,6 +57,17 @@ PARAMETERS = (Parameter("height", "m", 1.0, Interval(0.0, 10.0), "drop height"),
               Parameter("restitution", "1", 0.5, Interval(0.0, 1.0), "restitution"))
 DROP = Study(name="ahead_drop", title="a dropped ball", source="test", version="1", parameters=PARAMETERS,
              outputs=(Output("bounce", "s", "time of the second impact"),), solve_point=_drop)
+_interrupt = threading.Event()
+
+
+def _interrupted(p, settings):
+    if _interrupt.is_set():  # (not while the plan is made: it traces the function too)
+        raise KeyboardInterrupt
+    return _drop(p, settings)
+
+
+INTERRUPTED = Study(name="ahead_interrupted", title="Ctrl-C while tracing", source="test", version="1",
+                    parameters=PARAMETERS, outputs=DROP.outputs, solve_point=_interrupted)
 BROKEN = Study(name="ahead_broken", title="a broken study", source="test", version="1", parameters=PARAMETERS,
                outputs=(Output("bounce", "s", "never"),), solve_point=_broken)
 SETTINGS = SolverSettings()
@@ -62,9 +91,9 @@ def test_the_first_call_finds_the_program_made_ahead():
     thread = load_ahead(DROP, SETTINGS, _first(POINTS), plan=plan)
     assert isinstance(thread, threading.Thread) and thread.name == "rollsweep-compile"
     thread.join()
-    _events.clear()
-    ahead = evaluate(DROP, SETTINGS, POINTS, plan=plan)
-    assert not {LOWERED, COMPILED} & set(_events), _events  # neither lowered nor compiled again
+    with events() as seen:
+        ahead = evaluate(DROP, SETTINGS, POINTS, plan=plan)
+    assert seen == [], seen  # neither lowered nor compiled again
     compiled.cache_clear()
     without = evaluate(DROP, SETTINGS, POINTS, plan=plan)
     np.testing.assert_array_equal(ahead.outputs["bounce"], without.outputs["bounce"])
@@ -79,9 +108,9 @@ def test_it_is_made_once():
     assert load_ahead(DROP, SETTINGS, _first(POINTS), plan=plan) is None  # being made
     first.join()
     assert load_ahead(DROP, SETTINGS, _first(POINTS), plan=plan) is None  # ready
-    _events.clear()
-    evaluate(DROP, SETTINGS, POINTS, plan=plan)
-    assert COMPILED not in _events
+    with events() as seen:
+        evaluate(DROP, SETTINGS, POINTS, plan=plan)
+    assert seen == [], seen
 
 
 def test_a_program_that_cannot_be_made_fails_in_its_first_call():
@@ -91,10 +120,50 @@ def test_a_program_that_cannot_be_made_fails_in_its_first_call():
         evaluate(BROKEN, SETTINGS, POINTS, plan=plan)
 
 
+def test_an_interrupt_while_it_is_made_leaves_no_lock_behind(monkeypatch):
+    """Ctrl-C while the program is traced: the interrupt goes on to the caller,
+    and the program is not left looking 'being made' (every later call would
+    wait for it for ever). (No stored programs: one an earlier run exported
+    would be read, not traced.)"""
+    monkeypatch.setenv("ROLLSWEEP_CACHE", "")
+    plan = make_plan(INTERRUPTED, points=50)
+    _interrupt.set()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            load_ahead(INTERRUPTED, SETTINGS, _first(POINTS), plan=plan)
+    finally:
+        _interrupt.clear()
+    assert not compiled(INTERRUPTED, SETTINGS, ("bounce",), plan).started()
+    result = evaluate(INTERRUPTED, SETTINGS, POINTS, plan=plan)  # made by its first call, as ever
+    expected = evaluate(DROP, SETTINGS, POINTS, plan=plan).outputs["bounce"]
+    np.testing.assert_array_equal(result.outputs["bounce"], expected)
+
+
+def test_a_runs_tasks_call_the_program_compiled_ahead(small_sweep):
+    """engine.run of a fresh cube: the program lowered by the caller's thread,
+    and compiled once, by the compile thread; the task threads only call it
+    (their cube is tested everywhere else)."""
+    sweep = load_sweep(small_sweep())
+    with events() as seen:
+        report = run(sweep, progress=False)
+    assert report.failed_points == 0 and report.failed_shards == 0
+    # (lowered twice where no earlier run exported it: once to export it, once to call it)
+    assert {thread for event, thread in seen if event == LOWERED} == {"MainThread"}, seen
+    assert [thread for event, thread in seen if event == COMPILED] == ["rollsweep-compile"], seen
+    assert report.stages["program"] > 0
+
+
 def test_a_run_loads_ahead_only_what_it_will_solve_here(small_sweep):
     """A fresh cube solved inline: loaded ahead. Another executor (its workers
-    load their own), or a cube that exists and is resumed (it may have nothing
-    left to solve): not."""
+    load their own), a cube that exists and is resumed (it may have nothing
+    left to solve), or a task too large for memory (the run refuses it): not."""
+    too_large = load_sweep(small_sweep(axes="spin_ratio = { linspace = [0.0, 3.0, 1000] }\n"
+                                            "drag = { linspace = [0.0, 1.0, 1000] }\n"
+                                            "initial_speed = { linspace = [0.5, 1.0, 100] }", shard_size=10**7))
+    too_large = dataclasses.replace(too_large, batch_size=10**7)
+    huge = make_plan(too_large.study, points=10**8, batch=10**7)
+    assert load_ahead_of_run(too_large, huge, "inline", overwrite=True) is None
+    assert not compiled(too_large.study, too_large.solver, too_large.outputs, huge).started()
     sweep = load_sweep(small_sweep())
     plan = make_plan(sweep.study, points=23, batch=sweep.batch_size)
     assert load_ahead_of_run(sweep, plan, "local", overwrite=True) is None

@@ -63,16 +63,16 @@ out = "{tmp_path / 'cube.zarr'}"
 
 
 def test_a_runs_report_holds_its_stages_adding_up_to_its_time(tmp_path):
-    """engine.run's report: planning, the program loaded ahead (a fresh cube solved
-    inline), store, solving and closing, adding up to the call's wall time; the tasks' stages in thread-seconds no more than the
-    threads had, every stage of a task measured (device calls, writes, markers)."""
+    """engine.run's report: planning, the program loaded ahead (a fresh cube
+    solved inline), store, solving and closing, adding up to the call's wall
+    time; the tasks' stages in thread-seconds no more than the threads had,
+    every stage of a task measured (device calls, writes, markers)."""
     sweep = load_sweep(_sweep_file(tmp_path))
     start = time.perf_counter()
     report = run(sweep, progress=False)
     elapsed = time.perf_counter() - start
     assert set(report.stages) == {"planning", "program", "store", "solving", "closing"}
     assert sum(report.stages.values()) == pytest.approx(elapsed, rel=0.02, abs=0.01)
-    assert report.stages["solving"] == pytest.approx(report.seconds, rel=0.01, abs=0.01)
     work = {k: v for k, v in report.task_stages.items() if k != "waiting"}
     assert set(work) <= {name for name, _ in stages.TASK_STAGES}
     for name in ("device", "writes", "markers", "packing"):

@@ -352,24 +352,25 @@ def program(argv=None):
     _exit_now(entry(argv))
 
 
-# Threads that may still exist, idle, when a command is done: the chunk writers
-# (engine.cube.chunks), waited for by every write before it returns.
-_IDLE_THREADS = ("rollsweep-chunks",)
-
-
 def _exit_now(code: int):
     """End the process with `code` without the interpreter's own exit, where
     nothing is left running: every region, marker and report is written and
-    waited for before a command returns. That exit (the atexit handlers, and
-    the finalisation of the some 200,000 objects JAX, zarr and the study
-    imported) took 0.09-0.11 s of a warm 1.2-s `rollsweep run` of 4,096 points
-    on 2 cores; ended at once, 0.03 s. Where a thread or child process other
-    than those known to idle is still alive (a cluster still closing, say), the
-    interpreter exits as usual and waits for it."""
-    alive = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon
-             and not t.name.startswith(_IDLE_THREADS)]
+    waited for before a command returns (and the chunk writers are waited for
+    here, should an interrupt have come during a write). That exit (the atexit
+    handlers, and the finalisation of the some 200,000 objects JAX, zarr and
+    the study imported) took 0.09-0.11 s of a warm 1.2-s `rollsweep run` of
+    4,096 points on 2 cores; ended at once, 0.03 s. The interpreter exits as
+    usual where a thread or child process is still alive (a program's compile
+    left by an error, say), where dask's distributed was used (its exit closes
+    the clusters an interrupted run left open), or under a profiler or tracer
+    (which report at exit)."""
+    chunks = sys.modules.get("engine.cube.chunks")
+    if chunks is not None:
+        chunks.stop_writers()
+    alive = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
     processes = sys.modules.get("multiprocessing")  # only where a command started one
-    if alive or (processes is not None and processes.active_children()):
+    if (alive or (processes is not None and processes.active_children()) or "distributed" in sys.modules
+            or sys.getprofile() is not None or sys.gettrace() is not None):
         sys.exit(code)
     logging = sys.modules.get("logging")
     if logging is not None:  # its handlers flushed and closed, as its atexit handler would
@@ -377,8 +378,10 @@ def _exit_now(code: int):
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more can be said
+        except (BrokenPipeError, ValueError):  # a reader gone, or a closed stream: nothing more can be said
             pass
+        except OSError:  # a full disk, say: what was said is not whole (as Python's own exit says)
+            code = code or 120
     os._exit(code)
 
 

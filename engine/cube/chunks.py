@@ -60,6 +60,16 @@ def pool() -> concurrent.futures.ThreadPoolExecutor:
         return _pool
 
 
+def stop_writers() -> None:
+    """Wait for every chunk job to end, then stop the writers (a process about to
+    end at once: a run interrupted inside a write leaves no half-written file)."""
+    global _pool
+    with _lock:
+        pool, _pool = _pool, None
+    if pool is not None:
+        pool.shutdown(wait=True)
+
+
 def digest(values: np.ndarray) -> str:
     """Checksum of an array's values as a reader gets them. NaNs count as one
     value: a chunk that is all NaN, the fill value, is not stored and reads back

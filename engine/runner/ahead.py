@@ -12,6 +12,8 @@ for it, so their results are the bits they would be without it.
 import numpy as np
 
 import engine.stages as stages
+from engine.errors import ConfigError
+from engine.runner.cost import check_memory
 from engine.solve.base import Plan
 from engine.solve.device import on_platform
 from engine.solve.evaluate import load_ahead
@@ -35,9 +37,14 @@ def load_grid_program(sweep: Sweep, plan: Plan):
 
 def load_ahead_of_run(sweep: Sweep, plan: Plan, executor: str, overwrite: bool):
     """load_grid_program, where a run solves in this process (`executor`, the
-    run's: "inline") and starts a cube afresh (a resumed one may have nothing
-    left to solve, and a load nobody calls would only add to its time)."""
+    run's: "inline"), starts a cube afresh (a resumed one may have nothing left
+    to solve, and a load nobody calls would only add to its time) and a task of
+    it fits in memory (else the run stops with that error before any work)."""
     if executor != "inline" or not (overwrite or not sweep.out.exists()):
+        return None
+    try:
+        check_memory(sweep, 1, plan)
+    except ConfigError:  # the run refuses it (and says why) before making its store: nothing to load
         return None
     with stages.stage("program"):
         return load_grid_program(sweep, plan)

@@ -352,8 +352,8 @@ def _run(sweep, executor, workers, scheduler, overwrite, progress, slurm, connec
     configure()  # before the plan: the programs its check compiles come from the compile cache too
     plan = plan or plan_for(sweep)  # the run's one plan: this process's device, solver and batch
     workers = workers or sweep.workers or default_workers(executor, sweep, plan)
-    load_ahead_of_run(sweep, plan, executor, overwrite)  # its compile overlaps the store's creation
     check_memory(sweep, in_flight(executor, workers, plan), plan)
+    load_ahead_of_run(sweep, plan, executor, overwrite)  # its compile overlaps the store's creation
     with stages.stage("store"):
         cube, state = prepare(sweep, sweep.out, overwrite=overwrite, devices=devices_name(plan.device.platform))
     with locked(cube.path):

@@ -69,7 +69,7 @@ def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: 
     host memory inside the call (around the exported program, which stays the same)."""
     if not plan.device.accelerator:
         keep_freed_memory()  # else every call faults its buffers in afresh (engine.solve._host_memory)
-    lock, ready = threading.Lock(), threading.Event()
+    lock, ready, loaded = threading.Lock(), threading.Event(), threading.Event()
     fn = None
 
     def make():
@@ -87,42 +87,54 @@ def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: 
 
     def call(*args):
         if not ready.is_set():
-            with stages.stage("compile"), lock:  # its threads wait here for the first call's program
-                result = made(args)(*args)
-                ready.set()
-                return result
+            # Its threads wait here for the program (not for one another's calls):
+            # the first compiles it, or finds it compiled ahead (load_ahead) in
+            # JAX's caches; a thread whose calls differ (another device) compiles
+            # its own, here, under this stage.
+            with stages.stage("compile"), lock:
+                if not ready.is_set():
+                    made(args).lower(*args).compile()
+                    ready.set()
         return fn(*args)
 
     def load_ahead(*args) -> threading.Thread | None:
         """The program for calls like `args` made ready before the first: traced
         (or its exported program read) and lowered on this thread, compiled (or
         its executable read from the compile cache, which releases the GIL) on a
-        thread of its own, started and returned. A call waits for that thread
-        and then finds the compiled program in JAX's caches. None where the
-        program is ready or being made already. A failure here is left for the
-        first call to meet and report where it belongs, in its task."""
-        if ready.is_set() or not lock.acquire(blocking=False):
+        thread of its own, started and returned, which holds the lock the calls
+        wait on until it is done. None where the program is ready or being made
+        already. A failure here is left for the first call to meet and report
+        where it belongs, in its task."""
+        if started() or not lock.acquire(blocking=False):
             return None
+        handed_over = False
         try:
             lowered = made(args).lower(*args)
-        except Exception:  # noqa: BLE001 - the first call makes it again and raises there
-            lock.release()
-            return None
 
-        def compile_then_release():
-            try:
-                lowered.compile()
-                ready.set()  # calls go straight to the program: JAX's caches hold it
-            except Exception:  # noqa: BLE001 - as above
-                pass
-            finally:
+            def compile_then_release():
+                try:
+                    lowered.compile()
+                    loaded.set()
+                except Exception:  # noqa: BLE001 - the first call compiles it again and raises there
+                    pass
+                finally:
+                    lock.release()
+
+            thread = threading.Thread(target=compile_then_release, name="rollsweep-compile")
+            thread.start()
+            handed_over = True
+            return thread
+        except Exception:  # noqa: BLE001 - as above
+            return None
+        finally:
+            if not handed_over:  # (an interrupt too: a lock kept would stop every later call)
                 lock.release()
 
-        thread = threading.Thread(target=compile_then_release, name="rollsweep-compile")
-        thread.start()
-        return thread
+    def started() -> bool:
+        """Whether the program is made, being made, or loaded ahead."""
+        return ready.is_set() or loaded.is_set() or lock.locked()
 
-    call.load_ahead = load_ahead
+    call.load_ahead, call.started = load_ahead, started
     return call
 
 
@@ -192,11 +204,20 @@ def load_ahead(study, settings: SolverSettings, params: dict, outputs=None, *, p
     compile: on CPU a warm process reads XLA's executable from the compile
     cache there, 0.33 s of a 4,096-point pingpong run's 1.2 s on 2 cores."""
     selected = tuple(outputs) if outputs is not None else tuple(o.name for o in study.outputs)
-    raw = {p.name: np.asarray(params[p.name]) for p in study.parameters}
-    n = len(next(iter(raw.values())))
-    fixed, columns = _fixed_and_columns(raw, plan.batch, settings.dtype)
-    args = _call_args(columns, fixed, 0, min(n, plan.batch), plan.batch, plan.device.accelerator)
-    return compiled(study, settings, selected, plan).load_ahead(args, np.int32(min(n, plan.batch)))
+    fn = compiled(study, settings, selected, plan)
+    if fn.started():
+        return None
+    try:
+        # Under a clock of its own: its copies are no stage of the caller's (a
+        # run's "program" stage holds all of it).
+        with stages.running(stages.Clock("program")):
+            raw = {p.name: np.asarray(params[p.name]) for p in study.parameters}
+            n = len(next(iter(raw.values())))
+            fixed, columns = _fixed_and_columns(raw, plan.batch, settings.dtype)
+            args = _call_args(columns, fixed, 0, min(n, plan.batch), plan.batch, plan.device.accelerator)
+            return fn.load_ahead(args, np.int32(min(n, plan.batch)))
+    except Exception:  # noqa: BLE001 - as the program's own load_ahead: left for the first call
+        return None
 
 
 def evaluate(
