@@ -47,6 +47,7 @@ CHILD = textwrap.dedent("""
 
     code = entry(sys.argv[1:])
     counts["imported"] = sorted({m.partition(".")[0] for m in sys.modules} & {"equinox", "diffrax"})
+    counts["kernel modules"] = sorted(m for m in sys.modules if "pallas" in m or m.startswith("engine.solve.kernel."))
     print(json.dumps(counts))
     sys.exit(code)
     """)
@@ -72,5 +73,7 @@ def test_a_second_process_compiles_nothing(tmp_path):
     assert warm["compiles"] - warm["cache_hits"] == 0, f"a warm process compiled: {warm}"
     # nor traced: what traces a study (diffrax, equinox: 0.26 s of imports) is not even imported
     assert cold["imported"] == ["diffrax", "equinox"] and warm["imported"] == [], (cold, warm)
+    # and the fused kernel's (Pallas among them), which a CPU run of lanes never uses, neither
+    assert warm["kernel modules"] == ["engine.solve.kernel.fused"], warm
     # and from the same programs, the same cube
     assert cubes_identical(*(xr.open_zarr(tmp_path / f"{name}.zarr").load() for name in ("cold", "warm")))

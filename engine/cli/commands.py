@@ -69,10 +69,11 @@ def _say_fused_fallback(sweep, plan) -> None:
     default. From the run's `plan` and its check (made once per process), not
     checked or planned again for the message."""
     from engine.solve import SOLVERS, detect
-    from engine.solve.kernel.body import PLEASE_REPORT
 
     if detect().platform != "gpu":
         return
+    from engine.solve.kernel.body import PLEASE_REPORT
+
     reason = SOLVERS["fused"].unsupported(sweep.study)
     if reason and reason.endswith(PLEASE_REPORT):
         print(f"rollsweep: warning: study {sweep.study.name} is not fused on this GPU ({reason}); it solves with the "

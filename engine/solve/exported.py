@@ -22,7 +22,6 @@ import jax
 from engine._jax_setup import cache_dir
 from engine.solve._atomic_file import write_whole
 from engine.solve.device import current_device
-from engine.solve.kernel.backends import requested as requested_kernel
 from engine.solve.source_key import source_key
 
 # Version of the key and the file format: a change invalidates every entry.
@@ -45,9 +44,17 @@ def program_key(study, settings, selected, plan, args) -> str | None:
         plan=[plan.solver.name, plan.batch, plan.width, plan.device.platform],
         # The fused solver's kernel backend as asked for (engine.solve.kernel):
         # a program of one backend is never served for another.
-        kernel=(requested_kernel() or "") if plan.solver.name == "fused" else "",
+        kernel=_requested_kernel() if plan.solver.name == "fused" else "",
         args=[str(tree)] + [[jax.tree_util.keystr(p), list(v.shape), str(v.dtype)] for p, v in leaves],
     )
+
+
+def _requested_kernel() -> str:
+    """The fused solver's kernel backend as asked for (its modules imported
+    only for a fused plan)."""
+    from engine.solve.kernel.backends import requested
+
+    return requested() or ""
 
 
 def _path(key: str) -> pathlib.Path | None:

@@ -27,15 +27,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-import engine.solve.kernel.pallas as backend
-import engine.solve.kernel.stored as stored
 from engine._jax_setup import float64_here
 from engine.solve.base import BatchSolver, Plan, masked, safe_params
 from engine.solve.device import Device
 from engine.solve.hybrid import HybridPoint
-from engine.solve.kernel.backends import choose as choose_kernel_backend
-from engine.solve.kernel.body import PLEASE_REPORT, KernelBody, cannot_lower, unexpected
-from engine.solve.kernel.jaxpr import Unfusable
 from engine.solve.vmapped import POINT_BYTES as VMAPPED_POINT_BYTES
 from engine.solve.vmapped import memory_batch
 from engine.sweep.settings import SolverSettings
@@ -94,6 +89,13 @@ class FusedSolver(BatchSolver):
         return plan.batch * POINT_BYTES
 
     def batch_function(self, study, settings, selected, plan):
+        # The kernel's modules (Pallas among them: 0.03 s) imported where a kernel
+        # is made or checked: a CPU run of lanes never needs them.
+        import engine.solve.kernel.pallas as backend
+        import engine.solve.kernel.stored as stored
+        from engine.solve.kernel.backends import choose as choose_kernel_backend
+        from engine.solve.kernel.body import KernelBody
+
         dtype = jnp.dtype(settings.dtype)
         names = [p.name for p in study.parameters]
         block = kernel_block(plan.width)
@@ -130,6 +132,9 @@ class _Check(NamedTuple):
 def _kernel_check(study) -> _Check:
     """`_traced_check`, read where an earlier process stored it
     (engine.solve.kernel.stored): a check that raised unexpectedly is not stored."""
+    import engine.solve.kernel.stored as stored
+    from engine.solve.kernel.body import PLEASE_REPORT
+
     key = stored.key(study, made="check", block=GPU_BLOCK)
     found = stored.load(key, "check.json")
     if isinstance(found, dict):
@@ -151,6 +156,9 @@ def _traced_check(study) -> _Check:
     every primitive in it must have a rule in the kernel backend's GPU
     lowering. Its start and finish were placed (inside, or outside the kernel)
     before, so what fails here is the system's."""
+    from engine.solve.kernel.body import KernelBody, cannot_lower, unexpected
+    from engine.solve.kernel.jaxpr import Unfusable
+
     outputs = tuple(o.name for o in study.outputs)
     names = [p.name for p in study.parameters]
     try:
