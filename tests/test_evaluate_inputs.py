@@ -98,3 +98,33 @@ def test_pinned_results_leave_the_call_in_pinned_host_memory(monkeypatch):
         results = compiled(REGIME, SolverSettings(), ("regime",), plan)(args, np.int32(16))
         kinds[pinned] = {leaf.sharding.memory_kind for leaf in jax.tree.leaves(results)}
     assert kinds == {"": {"device"}, "1": {"pinned_host"}}
+
+
+@pytest.mark.cpu_only(reason="takes an accelerator's way of making a fixed parameter's batch on the CPU, by a "
+                              "stubbed device, against the CPU's own way")
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_an_accelerator_makes_a_fixed_parameters_batch_with_the_same_bits(dtype, monkeypatch):
+    """On an accelerator a fixed parameter's batch is made on the device (one
+    broadcast), not copied in: the same bits as the host's, -0.0 and a NaN's
+    payload included."""
+    import sys
+
+    import jax
+
+    from engine.solve.device import Device
+
+    module = sys.modules["engine.solve.evaluate"]  # (engine.solve.evaluate, the attribute, is the function)
+
+    values = np.array([-0.0, 1.5, np.nan, 1e-300], dtype)
+    values[2] = np.frombuffer(np.uint64(0x7FF8_0000_0000_0ABC).tobytes(), np.float64)[0].astype(dtype)
+    on_cpu = [module._filled(64, v.tobytes(), dtype, None, jax.config.jax_enable_x64) for v in values]
+    module._filled.cache_clear()
+    monkeypatch.setattr(module, "current_device", lambda: Device(platform="gpu"))
+    module._broadcast.cache_clear()
+    try:
+        on_device = [module._filled(64, v.tobytes(), dtype, None, jax.config.jax_enable_x64) for v in values]
+    finally:
+        module._filled.cache_clear()
+    assert module._broadcast.cache_info().currsize == 1  # the device's way was taken
+    for host, device, value in zip(on_cpu, on_device, values, strict=True):
+        assert np.asarray(device).tobytes() == np.asarray(host).tobytes() == np.full(64, value).tobytes()
