@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from engine import Interval, Output, Parameter, PointResult, Study
-from engine.runner.ahead import load_ahead_of_run, load_grid_program
+from engine.runner.ahead import load_ahead_of_run, load_programs
 from engine.runner.execute import run
 from engine.solve import make_plan
 from engine.solve.evaluate import compiled, evaluate, load_ahead
@@ -139,17 +139,21 @@ def test_an_interrupt_while_it_is_made_leaves_no_lock_behind(monkeypatch):
     np.testing.assert_array_equal(result.outputs["bounce"], expected)
 
 
-def test_a_runs_tasks_call_the_program_compiled_ahead(small_sweep):
-    """engine.run of a fresh cube: the program lowered by the caller's thread,
-    and compiled once, by the compile thread; the task threads only call it
-    (their cube is tested everywhere else)."""
-    sweep = load_sweep(small_sweep())
+@pytest.mark.parametrize("critical", [False, True], ids=["grid", "grid and critical"])
+def test_a_runs_tasks_call_the_programs_compiled_ahead(critical, small_sweep):
+    """engine.run of a fresh cube: its programs (the grid's; with [critical],
+    the root search's too) lowered by the caller's thread and each compiled
+    once, by a compile thread; the task threads only call them (their cube is
+    tested everywhere else)."""
+    extra = ('[critical]\noutput = "final_displacement"\naxis = "spin_ratio"\nbracket = [1.0, 3.0]\nxtol = 1e-12'
+             if critical else "")
+    sweep = load_sweep(small_sweep(extra=extra))
     with events() as seen:
         report = run(sweep, progress=False)
     assert report.failed_points == 0 and report.failed_shards == 0
     # (lowered twice where no earlier run exported it: once to export it, once to call it)
     assert {thread for event, thread in seen if event == LOWERED} == {"MainThread"}, seen
-    assert [thread for event, thread in seen if event == COMPILED] == ["rollsweep-compile"], seen
+    assert [thread for event, thread in seen if event == COMPILED] == ["rollsweep-compile"] * (1 + critical), seen
     assert report.stages["program"] > 0
 
 
@@ -162,14 +166,14 @@ def test_a_run_loads_ahead_only_what_it_will_solve_here(small_sweep):
                                             "initial_speed = { linspace = [0.5, 1.0, 100] }", shard_size=10**7))
     too_large = dataclasses.replace(too_large, batch_size=10**7)
     huge = make_plan(too_large.study, points=10**8, batch=10**7)
-    assert load_ahead_of_run(too_large, huge, "inline", overwrite=True) is None
+    assert load_ahead_of_run(too_large, huge, "inline", overwrite=True) == []
     assert not compiled(too_large.study, too_large.solver, too_large.outputs, huge).started()
     sweep = load_sweep(small_sweep())
     plan = make_plan(sweep.study, points=23, batch=sweep.batch_size)
-    assert load_ahead_of_run(sweep, plan, "local", overwrite=True) is None
+    assert load_ahead_of_run(sweep, plan, "local", overwrite=True) == []
     sweep.out.mkdir()
-    assert load_ahead_of_run(sweep, plan, "inline", overwrite=False) is None
-    thread = load_ahead_of_run(sweep, plan, "inline", overwrite=True)
-    assert thread is not None
-    thread.join()
-    assert load_grid_program(sweep, plan) is None  # the program of the grid's tasks: that one
+    assert load_ahead_of_run(sweep, plan, "inline", overwrite=False) == []
+    threads = load_ahead_of_run(sweep, plan, "inline", overwrite=True)
+    assert len(threads) == 1  # the grid's program: no [critical]
+    threads[0].join()
+    assert load_programs(sweep, plan) == []  # the program of the grid's tasks: that one

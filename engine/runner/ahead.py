@@ -20,31 +20,38 @@ from engine.solve.evaluate import load_ahead
 from engine.sweep.config import Sweep
 
 
-def load_grid_program(sweep: Sweep, plan: Plan):
-    """Start making the program of the sweep's grid tasks (their calls' kinds
-    of arguments: the sweep's fixed parameters and axes, as engine.runner.shard
-    passes them, on the device it calls). Returns the compiling thread, or None
-    where the program is ready, being made, or there is nothing to load ahead:
-    more devices than one (each thread's calls then have a device of their own,
-    and a program of their own)."""
+def load_programs(sweep: Sweep, plan: Plan) -> list:
+    """Start making the programs of the sweep's tasks: its grid's, and with
+    [critical] its root search's. Each is made for its calls' kinds of
+    arguments, as engine.runner.shard passes them, on the device it calls: a
+    grid task passes the sweep's fixed parameters as broadcast views, a root
+    search every parameter as a column (its points picked by index) and only
+    the critical output. Returns the compiling threads (none for a program
+    ready or being made), or none at all on more devices than one (each
+    thread's calls then have a device of their own, and a program of their own)."""
     if plan.device.count > 1:
-        return None
-    columns = [np.asarray(axis.values[:1]) for axis in sweep.axes]
-    params = sweep.point_params(sweep.axis_names, columns, 1)
+        return []
+    grid = sweep.point_params(sweep.axis_names, [np.asarray(axis.values[:1]) for axis in sweep.axes], 1)
+    calls = [(grid, sweep.outputs)]
+    if sweep.critical is not None:
+        c = sweep.critical
+        calls.append(({k: np.array(v[:1]) for k, v in grid.items()} | {c.axis: np.array(c.bracket[:1], float)},
+                      (c.output,)))
     with on_platform(plan.device.platform):  # where the tasks' calls run (engine.runner.shard.run_task)
-        return load_ahead(sweep.study, sweep.solver, params, sweep.outputs, plan=plan)
+        started = [load_ahead(sweep.study, sweep.solver, params, outputs, plan=plan) for params, outputs in calls]
+    return [thread for thread in started if thread is not None]
 
 
-def load_ahead_of_run(sweep: Sweep, plan: Plan, executor: str, overwrite: bool):
-    """load_grid_program, where a run solves in this process (`executor`, the
+def load_ahead_of_run(sweep: Sweep, plan: Plan, executor: str, overwrite: bool) -> list:
+    """load_programs, where a run solves in this process (`executor`, the
     run's: "inline"), starts a cube afresh (a resumed one may have nothing left
     to solve, and a load nobody calls would only add to its time) and a task of
     it fits in memory (else the run stops with that error before any work)."""
     if executor != "inline" or not (overwrite or not sweep.out.exists()):
-        return None
+        return []
     try:
         check_memory(sweep, 1, plan)
     except ConfigError:  # the run refuses it (and says why) before making its store: nothing to load
-        return None
+        return []
     with stages.stage("program"):
-        return load_grid_program(sweep, plan)
+        return load_programs(sweep, plan)
