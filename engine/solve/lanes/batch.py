@@ -4,6 +4,7 @@
 import jax
 import jax.numpy as jnp
 
+from engine.pytree import replace
 from engine.solve.base import whole_vectors
 from engine.solve.hybrid import HybridPoint, HybridSolution
 from engine.solve.lanes.machine import _Machine, _plan_block, _planned
@@ -15,8 +16,6 @@ from engine.solve.lanes.state import (
     _end,
     _Lane,
     _Plan,
-    _replace,
-    _replace_solution,
     _Search,
 )
 from engine.study.status import Status
@@ -50,7 +49,7 @@ def solve_batch(
     narrow = _take(lane, busy)
     still_busy = jnp.arange(tail) < jnp.sum(batch.running(lane))
     # Lanes past the busy ones (copies of lane 0) idle.
-    narrow = _replace(
+    narrow = replace(
         narrow, point=jnp.where(still_busy, narrow.point, batch.n), status=jnp.where(still_busy, narrow.status, _IDLE)
     )
     _, results, _ = batch.loop(narrow, results, next_point, lambda lane, next_point: jnp.any(lane.point < batch.n))
@@ -143,7 +142,7 @@ class _Batch:
         # A free lane left without a point idles: it takes no more steps (its
         # start may be an unplanned row of padding) and is never written.
         idle = free & ~takes
-        return _replace(
+        return replace(
             lane, point=jnp.where(idle, n, lane.point), status=jnp.where(idle, _IDLE, lane.status)
         ), next_point + jnp.sum(free)
 
@@ -163,7 +162,7 @@ class _Batch:
 
     def write(self, lane, results, finished):
         row = self.rows_of(lane, finished)
-        return _replace_solution(results, **{
+        return replace(results, **{
             k: getattr(results, k).at[..., row].set(value, mode="drop", unique_indices=True)
             for k, value in _end(lane).items()
         })
@@ -177,7 +176,7 @@ class _Batch:
         def put(log, value):
             return log.at[k, ..., row].set(value, mode="drop", unique_indices=True)
 
-        return _replace_solution(
+        return replace(
             results,
             event_t=put(results.event_t, lane.t),
             event_y=results.event_y.at[k, :, row].set(lane.y.T, mode="drop", unique_indices=True),
@@ -203,7 +202,7 @@ class _Batch:
         back = jnp.where(valid, index, width)
         located = machine.events(search)
         changed = ("t", "y", "f", "g", "mode", "h", "segment_steps", "status", "events", "locating", "span")
-        return _replace(
+        return replace(
             lane, **{k: getattr(lane, k).at[..., back].set(getattr(located, k), mode="drop") for k in changed}
         ), results
 
@@ -216,7 +215,7 @@ class _Batch:
         if lane.point.shape[0] == self.lanes:
             lane, next_point = self.refill(lane, finished | (lane.point >= self.n), next_point)
         else:  # the tail: no points are left to take
-            lane = _replace(lane, point=jnp.where(finished, self.n, lane.point))
+            lane = replace(lane, point=jnp.where(finished, self.n, lane.point))
         return lane, results, next_point
 
     def loop(self, lane, results, next_point, keep_going):

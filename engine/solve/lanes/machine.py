@@ -6,6 +6,7 @@ start, planned before the loop."""
 import jax
 import jax.numpy as jnp
 
+from engine.pytree import replace
 from engine.solve import stepper
 from engine.solve.base import VECTOR
 from engine.solve.hybrid import _INACTIVE, HybridPoint, HybridSystem
@@ -20,7 +21,7 @@ from engine.solve.lanes.rows import (
     _pick,
     _select,
 )
-from engine.solve.lanes.state import _LOCATE_TRIES, _NONFINITE_SHRINK, _Lane, _Plan, _replace, _Search
+from engine.solve.lanes.state import _LOCATE_TRIES, _NONFINITE_SHRINK, _Lane, _Plan, _Search
 from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
 from engine.solve.stepper import Controller, chained, inverse_root
 from engine.study.status import Status
@@ -179,7 +180,7 @@ class _Machine:
         ).astype(jnp.int8)
         # A lane that reached a crossing keeps the step's span and waits: the
         # crossing is located in the next flush (start_locating, locate).
-        return _replace(
+        return replace(
             s,
             t=jnp.where(moves, t1, s.t),
             y=jnp.where(moves, y1, s.y),
@@ -212,7 +213,7 @@ class _Machine:
         found = _any_rows(crossed)
         starts = active & s.locating & found
         taken = active & s.locating & ~found
-        lane = _replace(
+        lane = replace(
             s,
             t=jnp.where(taken, t1, s.t),
             y=jnp.where(taken, y1, s.y),
@@ -267,7 +268,7 @@ class _Machine:
         located, switch, creep, lost = self.once(locating, (located, switch, creep, lost))
         status = jnp.where(lost, jnp.int8(Status.SOLVER_FAILED), s.status)
         step_on = locating & ~switch & ~creep  # a Newton update
-        lane = _replace(
+        lane = replace(
             s,
             t=jnp.where(located, t1, s.t),
             y=jnp.where(located, y1, s.y),
@@ -322,7 +323,7 @@ class _Machine:
             [Status.SUCCESS, Status.NONFINITE, Status.MAX_SEGMENTS],
             s.status,
         ).astype(jnp.int8)
-        return _replace(
+        return replace(
             s,
             y=jnp.where(goes_on, y_next, s.y),
             f=jnp.where(goes_on, f_next, s.f),

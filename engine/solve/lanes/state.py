@@ -4,8 +4,7 @@ locating a crossing adds, and what is planned for each point before the loop."""
 
 import jax
 
-from engine.pytree import PytreeDataclass, replace
-from engine.solve.hybrid import HybridSolution
+from engine.pytree import PytreeDataclass
 from engine.study.status import Status
 
 # Finished lanes wait for the write-out and refill until 1/_FLUSH_SHARE of all
@@ -72,14 +71,6 @@ class _Plan(PytreeDataclass):
     args: object
     horizon: jax.Array
     h: jax.Array
-
-
-def _replace_solution(solution: HybridSolution, **changes) -> HybridSolution:
-    return replace(solution, **changes)
-
-
-def _replace(lane: _Lane, **changes) -> _Lane:
-    return replace(lane, **changes)
 
 
 def _end(lane: _Lane) -> dict:
