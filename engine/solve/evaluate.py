@@ -188,10 +188,16 @@ def _padded(values: np.ndarray, batch: int) -> np.ndarray:
     return out
 
 
-def _fixed_and_columns(raw: dict, batch: int, dtype: str) -> tuple[dict, dict]:
-    """A call's parameters (name -> 1-D array): the fixed ones (a value seen n
-    times, a broadcast view) as their batches on the device (_filled), the
-    varying ones as host columns."""
+def _selected(study, outputs) -> tuple[str, ...]:
+    """The outputs asked for (None: every output the study declares)."""
+    return tuple(outputs) if outputs is not None else tuple(o.name for o in study.outputs)
+
+
+def _fixed_and_columns(study, params: dict, batch: int, dtype: str) -> tuple[dict, dict]:
+    """The study's parameters of `params` (name -> 1-D array): the fixed ones (a
+    value seen n times, a broadcast view) as their batches on the device
+    (_filled), the varying ones as host columns."""
+    raw = {p.name: np.asarray(params[p.name]) for p in study.parameters}
     fixed = {k: _filled(batch, np.asarray(v[0], dtype=dtype).tobytes(), dtype,
                         jax.config.jax_default_device, jax.config.jax_enable_x64)
              for k, v in raw.items() if v.ndim == 1 and v.size and v.strides[0] == 0}
@@ -219,19 +225,17 @@ def load_ahead(study, settings: SolverSettings, params: dict, outputs=None, *, p
     A run starts it before the store's creation, whose work then overlaps the
     compile: on CPU a warm process reads XLA's executable from the compile
     cache there, 0.33 s of a 4,096-point pingpong run's 1.2 s on 2 cores."""
-    selected = tuple(outputs) if outputs is not None else tuple(o.name for o in study.outputs)
-    fn = compiled(study, settings, selected, plan)
+    fn = compiled(study, settings, _selected(study, outputs), plan)
     if fn.started():
         return None
     try:
         # Under a clock of its own: its copies are no stage of the caller's (a
         # run's "program" stage holds all of it).
         with stages.running(stages.Clock("program")):
-            raw = {p.name: np.asarray(params[p.name]) for p in study.parameters}
-            n = len(next(iter(raw.values())))
-            fixed, columns = _fixed_and_columns(raw, plan.batch, settings.dtype)
-            args = _call_args(columns, fixed, 0, min(n, plan.batch), plan.batch, plan.device.accelerator)
-            return fn.load_ahead(args, np.int32(min(n, plan.batch)))
+            fixed, columns = _fixed_and_columns(study, params, plan.batch, settings.dtype)
+            count = min(len(next(iter(params.values()))), plan.batch)
+            args = _call_args(columns, fixed, 0, count, plan.batch, plan.device.accelerator)
+            return fn.load_ahead(args, np.int32(count))
     except Exception:  # noqa: BLE001 - as the program's own load_ahead: left for the first call
         return None
 
@@ -256,14 +260,12 @@ def evaluate(
     """
     if plan is None:
         plan = make_plan(study, solver=solver, batch=batch_size, width=width)
-    selected = tuple(outputs) if outputs is not None else tuple(o.name for o in study.outputs)
+    selected = _selected(study, outputs)
     fn = compiled(study, settings, selected, plan)
     batch = plan.batch
     n = len(next(iter(params.values())))
     if n == 0:
         raise ValueError(f"evaluate of study {study.name!r}: no points (every parameter's column is empty)")
-    names = [p.name for p in study.parameters]
-    raw = {k: np.asarray(params[k]) for k in names}
     # A fixed parameter (one value seen n times: a broadcast view) is put on the
     # device once, as a batch of its value, and passed to every call: copied in
     # call by call from its view it cost ~10 ns a point (rebound regime map, one
@@ -278,7 +280,7 @@ def evaluate(
     # 8 bytes a point per fixed parameter through the host's memory and the bus
     # (on a GPU, a 2^20-point call of the rolling ball moved 48 MB for its six
     # fixed parameters).
-    fixed, columns = _fixed_and_columns(raw, batch, settings.dtype)
+    fixed, columns = _fixed_and_columns(study, params, batch, settings.dtype)
     host = []  # the whole arrays, made at the first results: the selected outputs, status, steps, events
     accelerator = plan.device.accelerator
 
