@@ -125,8 +125,8 @@ def _run_sweep(args):
     _say_fused_fallback(sweep, plan)
     # The program's compile (a warm process: its executable read from the cache)
     # started before the runner's own modules (zarr's among them) are imported.
-    load_ahead_of_run(sweep, plan, "local" if args.scheduler else (args.executor or sweep.executor), args.overwrite)
-    run = _import_late("engine.runner.execute", args).run
+    load_ahead_of_run(sweep, plan, sweep.run_executor(args.executor, args.scheduler), args.overwrite)
+    run = _import_command("engine.runner.execute", args).run
     report = run(
         sweep,
         executor=args.executor,
@@ -396,17 +396,12 @@ def main(argv=None, freeze: bool = False) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _import_command(args, freeze: bool) -> None:
-    """The command's module (and so what it imports: JAX, zarr, ... for a run;
+def _import_command(module: str, args):
+    """A module of the command (and so what it imports: JAX, zarr, ... for a run;
     nothing of them for --help), with the cyclic collector paused
-    (engine._imports). `freeze`: then keep all of it out of later collections."""
-    import_paused(args.module)
-    if freeze:
-        gc.freeze()
-
-
-def _import_late(module: str, args):
-    """A module the command imports once under way (as _import_command would)."""
+    (engine._imports); in the program's own process, all of it then kept out of
+    later collections. Its module first (args.module), and any it imports once
+    under way (a run: the runner, after its program's compile is started)."""
     imported = import_paused(module)
     if args.whole_process:
         gc.freeze()
@@ -421,7 +416,7 @@ def _main(argv, freeze: bool = False) -> int:
 
         matplotlib.use("Agg")  # files only: never a window (and never in a user's notebook kernel)
     try:
-        _import_command(args, freeze)
+        _import_command(args.module, args)
         code = args.fn(args)
     except (ConfigError, StoreError) as err:
         print(f"rollsweep: error: {err}", file=sys.stderr)

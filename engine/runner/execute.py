@@ -341,7 +341,7 @@ def _run(sweep, executor, workers, scheduler, overwrite, progress, slurm, connec
     if scheduler and executor in ("inline", "slurm"):
         raise ConfigError("<command line>", "--scheduler", f"runs shards on an existing dask cluster; it cannot be "
                           f"combined with --executor {executor}")
-    executor = "local" if scheduler else (executor or sweep.executor)
+    executor = sweep.run_executor(executor, scheduler)
     if scheduler:
         scheduler = reach(scheduler, connect_timeout or CONNECT_TIMEOUT, lost_after or LOST_AFTER)
     resources = None

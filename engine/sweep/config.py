@@ -89,6 +89,11 @@ class Sweep:
     def axis_names(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.axes)
 
+    def run_executor(self, executor: str | None = None, scheduler=None) -> str:
+        """The executor a run of this sweep takes: dask's ("local") on an existing
+        cluster's `scheduler`, else the one asked for, else the sweep file's."""
+        return "local" if scheduler else (executor or self.executor)
+
     def point_params(self, names, columns, n: int) -> dict:
         """The parameters of `n` points: the axes `names` as their `columns`, and
         every fixed parameter as one value seen n times (a read-only view, not n
