@@ -10,7 +10,7 @@ import pytest
 
 from engine import HybridPoint, PointResult, SolverSettings
 from engine.solve import evaluate, make_plan
-from engine.solve.hybrid import reads_event_log, solution_shapes
+from engine.solve.hybrid import event_log_read, reads_event_log, solution_shapes
 
 SETTINGS = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=128)
 Y0 = jax.ShapeDtypeStruct((2,), jnp.float64)
@@ -71,3 +71,112 @@ def test_a_finish_that_reads_the_log_keeps_every_row():
     y0 = jax.eval_shape(lambda p: point.start(p, SETTINGS).y0, params)
     rows = point.log_rows(params, y0, SETTINGS)
     assert rows == point.system.event_rows(SETTINGS.max_segments) and rows > 1
+
+
+@pytest.mark.parametrize("read, arrays", [
+    (lambda p, sol: sol.t, set()),
+    (lambda p, sol: sol.event_t[jnp.maximum(sol.num_events - 1, 0)], {"event_t"}),
+    (lambda p, sol: sol.event_y[0, 1] + jnp.sum(sol.event_code), {"event_y", "event_code"}),
+], ids=["none", "times", "states and codes"])
+def test_a_finish_reads_the_arrays_of_the_log_its_results_depend_on(read, arrays):
+    """Array by array: the lanes keep one row of an array no one reads."""
+    assert event_log_read(_finish_reading(read), PARAMS, solution_shapes(Y0, 8), SETTINGS) == arrays
+
+
+def _logged_columns(n):
+    """Drop heights and restitutions with 1 to ~90 impacts a point, in no order,
+    after 40 copies of one point (which end together, in one flush)."""
+    import bouncing_ball as ball
+
+    rng = np.random.default_rng(7)
+    height, restitution = rng.uniform(0.1, 10, n), rng.uniform(0.05, 0.9, n)
+    height[:40], restitution[:40] = 3.0, 0.6
+    return {"height": height, "restitution": restitution, "min_speed": np.full(n, ball.MIN_SPEED)}
+
+
+def _whole_log_finish(p, sol, settings):
+    """A finish that reads every row of every array of the log: blank rows (past
+    the point's events) must be NaN and -1, as in a log of the point's own."""
+    finite = jnp.isfinite(sol.event_t)
+    return PointResult(outputs={
+        "logged": jnp.sum(finite).astype(sol.t.dtype),
+        "blank_codes": jnp.sum(sol.event_code == -1).astype(sol.t.dtype),
+        "sum_t": jnp.sum(jnp.where(finite, sol.event_t, 0.0)),
+        "sum_speed": jnp.sum(jnp.where(jnp.isfinite(sol.event_y[:, 1]), jnp.abs(sol.event_y[:, 1]), 0.0)),
+        "last": sol.event_t[jnp.maximum(sol.num_events - 1, 0)],
+    }, status=sol.status, num_steps=sol.num_steps, num_events=sol.num_events)
+
+
+def _solve_on_lanes(point, settings, columns, lanes):
+    from engine.solve.lanes import solve_batch
+
+    params = {k: jnp.asarray(v) for k, v in columns.items()}
+    run = jax.jit(lambda p: solve_batch(point, p, settings, lanes,
+                                        finish=lambda row, sol: point.finish(row, sol, settings)))
+    return jax.tree_util.tree_map(np.asarray, run(params))
+
+
+def test_a_long_log_read_on_lanes_is_each_points_own():
+    """With a log longer than the lanes keep per point, each lane keeps one and a
+    point is finished as it ends: 64 lanes solve 160 points in turn (so their
+    logs hold earlier points' rows), and finish 32 copies of one point in one
+    flush, 16 at a time. Every point's log must read as its own: the same
+    results, bit for bit, as the per-point solve, whose log is the point's
+    alone."""
+    import bouncing_ball as ball
+
+    settings = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=128)
+    point = HybridPoint(ball.SYSTEM, ball.STUDY.solve_point.start, _whole_log_finish)
+    columns = _logged_columns(160)
+    on_lanes = _solve_on_lanes(point, settings, columns, 64)
+    per_point = jax.tree_util.tree_map(np.asarray, jax.jit(jax.vmap(lambda p: point(p, settings)))(
+        {k: jnp.asarray(v) for k, v in columns.items()}))
+    exact_impacts = ball.closed_form(columns["height"], columns["restitution"])[1]
+    np.testing.assert_array_equal(on_lanes.num_events, exact_impacts)
+    np.testing.assert_array_equal(on_lanes.outputs["logged"], exact_impacts)
+    np.testing.assert_array_equal(on_lanes.outputs["blank_codes"], 128 - exact_impacts)
+    for name in ("last", "sum_t", "sum_speed"):
+        np.testing.assert_allclose(on_lanes.outputs[name], per_point.outputs[name], rtol=1e-11, err_msg=name)
+    np.testing.assert_array_equal(per_point.outputs["logged"], exact_impacts)
+
+
+def test_finished_as_points_end_or_after_the_loop_alike(monkeypatch):
+    """The rolling ball reads a short log (its mode graph's 2 rows): finished
+    after the loop. Finished as its points end instead (as a long log is), on
+    lanes that each solve several points, its results are the same bit for bit."""
+    from engine.solve.lanes import batch
+    from studies.pingpong import STUDY
+
+    from conftest import PINGPONG_DEFAULTS
+
+    q = np.linspace(0.0, 3.0, 80)
+    columns = {k: np.full(q.size, v) for k, v in PINGPONG_DEFAULTS.items()} | {"spin_ratio": q}
+    after_loop = _solve_on_lanes(STUDY.solve_point, SETTINGS, columns, 16)
+    monkeypatch.setattr(batch, "KEPT_LOG_ROWS", 0)
+    as_they_end = _solve_on_lanes(STUDY.solve_point, SETTINGS, columns, 16)
+    for name, value in after_loop.outputs.items():
+        np.testing.assert_array_equal(as_they_end.outputs[name], value, err_msg=name)
+    np.testing.assert_array_equal(as_they_end.status, after_loop.status)
+    np.testing.assert_array_equal(as_they_end.num_steps, after_loop.num_steps)
+
+
+def test_the_lanes_memory_does_not_grow_with_the_points_log():
+    """A finish that reads a long log: the compiled call's working memory grows
+    with max_segments by a log a lane (of the array it reads), not a log a
+    point (4,096 points on 256 lanes: 16 times more)."""
+    import bouncing_ball as ball
+    from engine.solve.lanes import solve_batch
+
+    point = ball.LOGGED.solve_point
+    n, lanes = 4096, 256
+    params = {"height": jnp.linspace(0.1, 10, n), "restitution": jnp.full(n, 0.5), "min_speed": jnp.full(n, 1e-3)}
+
+    def working_bytes(segments):
+        settings = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=segments)
+        run = jax.jit(lambda p: solve_batch(point, p, settings, lanes,
+                                            finish=lambda row, sol: point.finish(row, sol, settings).outputs))
+        return run.lower(params).compile().memory_analysis().temp_size_in_bytes
+
+    grown = working_bytes(1024) - working_bytes(128)
+    a_lane_log = lanes * (1024 - 128) * 8  # event_t alone
+    assert a_lane_log <= grown < 2 * a_lane_log

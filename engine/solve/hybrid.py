@@ -364,7 +364,10 @@ class HybridSystem:
             done = done | too_many
 
             def record(arr, value):
-                return jnp.where(fired, arr.at[k].set(value), arr)
+                # Row k alone, not a `where` over the whole log. (Under vmap the
+                # loop still selects its whole state, the log included, every
+                # segment: the lanes keep the log out of the loop's state.)
+                return arr.at[k].set(jnp.where(fired, value, arr[k]))
 
             return HybridSolution(
                 t=jnp.where(fired, t_ev, t_end),
@@ -456,9 +459,15 @@ def solution_shapes(y0, rows: int) -> HybridSolution:
 
 def reads_event_log(finish, params, solution: HybridSolution, settings: SolverSettings) -> bool:
     """Whether finish(params, solution, settings)'s results depend on the
-    solution's event log (event_t, event_y, event_code): its traced program
-    read backwards from its results. An operation with side effects counts as
-    reading all its inputs."""
+    solution's event log (event_t, event_y, event_code): see event_log_read."""
+    return bool(event_log_read(finish, params, solution, settings))
+
+
+def event_log_read(finish, params, solution: HybridSolution, settings: SolverSettings) -> frozenset[str]:
+    """The arrays of the solution's event log (of event_t, event_y,
+    event_code) on which finish(params, solution, settings)'s results depend:
+    its traced program read backwards from its results. An operation with side
+    effects counts as reading all its inputs."""
     def finish_of_log(p, sol, *log):  # the log as the program's last three inputs
         return finish(p, dataclasses.replace(sol, **dict(zip(_EVENT_LOG, log, strict=True))), settings)
 
@@ -470,7 +479,8 @@ def reads_event_log(finish, params, solution: HybridSolution, settings: SolverSe
     for eqn in reversed(jaxpr.eqns):
         if eqn.effects or any(v in live for v in eqn.outvars):
             live.update(v for v in eqn.invars if not hasattr(v, "val"))
-    return any(v in live for v in jaxpr.invars[-len(_EVENT_LOG):])
+    log_inputs = jaxpr.invars[-len(_EVENT_LOG):]
+    return frozenset(name for name, v in zip(_EVENT_LOG, log_inputs, strict=True) if v in live)
 
 
 # A solution's event log: what HybridPoint.log_rows keeps only where a finish reads it.

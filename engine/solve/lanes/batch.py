@@ -4,13 +4,15 @@
 import jax
 import jax.numpy as jnp
 
-from engine.pytree import replace
+from engine.pytree import PytreeDataclass, replace
 from engine.solve.base import whole_vectors
-from engine.solve.hybrid import HybridPoint, HybridSolution
+from engine.solve.hybrid import _EVENT_LOG, HybridPoint, HybridSolution, event_log_read, solution_shapes
 from engine.solve.lanes.machine import _Machine, _plan_block, _planned
 from engine.solve.lanes.state import (
+    _FINISH_SHARE,
     _FLUSH_SHARE,
     _IDLE,
+    KEPT_LOG_ROWS,
     _LOCATE_SHARE,
     _TAIL_SHARE,
     _end,
@@ -23,16 +25,20 @@ from engine.sweep.settings import SolverSettings
 
 
 def solve_batch(
-    point: HybridPoint, params: dict, settings: SolverSettings, lanes: int, count=None, accelerator: bool = False
-) -> HybridSolution:
+    point: HybridPoint, params: dict, settings: SolverSettings, lanes: int, count=None, accelerator: bool = False,
+    finish=None, inputs=None,
+):
     """Solve every point of `params` (name -> (n,) array) on `lanes` refilling lanes.
 
-    Returns the points' HybridSolutions stacked along a leading axis of length n.
-    `count` (may be traced): only the first `count` points are solved, the rest
-    are padding of a batch's fixed shape (their rows are left unsolved, status
-    PENDING), so a short last batch costs what its points cost.
+    Returns finish(row, solution) of every point, stacked along a leading axis
+    of length n: `row` is the point's row of `inputs` (a tree of (n, ...)
+    arrays; default `params`), `solution` its HybridSolution; the default
+    finish returns the solution itself. `count` (may be traced): only the first
+    `count` points are solved, the rest are padding of a batch's fixed shape
+    (their rows are left unsolved: zeros, a solution's status PENDING), so a
+    short last batch costs what its points cost.
     """
-    batch = _Batch(point, params, settings, lanes, count, accelerator)
+    batch = _Batch(point, params, settings, lanes, count, accelerator, finish, inputs)
     lane, next_point = batch.refill(batch.empty(), jnp.ones((batch.lanes,), bool), jnp.asarray(0, jnp.int32))
     results = batch.no_results()
     # The batch's last points run on fewer lanes: once no point is left to take
@@ -53,7 +59,11 @@ def solve_batch(
         narrow, point=jnp.where(still_busy, narrow.point, batch.n), status=jnp.where(still_busy, narrow.status, _IDLE)
     )
     _, results, _ = batch.loop(narrow, results, next_point, lambda lane, next_point: jnp.any(lane.point < batch.n))
-    return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, -1, 0), results)
+    return batch.results_of(results)
+
+
+# A log's rows past its point's events.
+_BLANK = {"event_t": jnp.nan, "event_y": jnp.nan, "event_code": -1}
 
 
 def _take(tree, index):
@@ -61,12 +71,33 @@ def _take(tree, index):
     return jax.tree_util.tree_map(lambda a: a[..., index], tree)
 
 
+class _Results(PytreeDataclass):
+    """What the loop writes: `out`, points last (the solutions' ends, or the
+    finished results: see _Batch), and the event logs ({event_t: (rows,
+    columns), event_y: (rows, state, columns), event_code: (rows, columns)},
+    one column a log: a point's or a lane's)."""
+
+    out: object
+    log: dict
+
+
 class _Batch:
     """One call's points on refilling lanes: the lanes' start, refill, flush
-    (locate, write out, refill) and loop. A point n (the batch size) is "none"."""
+    (locate, write out, refill) and loop. A point n (the batch size) is "none".
+
+    Where the finish reads an event log of at most KEPT_LOG_ROWS rows (or none),
+    every point's log is kept in the results (a column a point), the ends of
+    the solutions written out as points finish, and the finish run once on all
+    points after the loop. A longer log is kept a column a lane instead, and a
+    point's finish runs as it is written out, on its lane's column (its rows
+    past the point's events blank): neither the memory of a call nor the work
+    of a point then grows with max_segments (a ball bouncing tens of times to
+    rest, its rest time read from the log, ran at half the speed with room for
+    1,024 events as with 128: the results' log of every point was filled,
+    transposed and read)."""
 
     def __init__(self, point: HybridPoint, params: dict, settings: SolverSettings, lanes: int, count,
-                 accelerator: bool):
+                 accelerator: bool, finish=None, inputs=None):
         self.machine = _Machine(point.system, settings, accelerator)
         self.n = n = next(iter(params.values())).shape[0]
         # Every loop's width is whole vectors on CPU, so that a point rounds alike
@@ -81,11 +112,32 @@ class _Batch:
                              _plan_block(n, self.lanes) if not accelerator else n)
         self.dtype = self.plan.y.dtype
         self.n_state = self.plan.y.shape[0]
-        one_point = {k: jax.ShapeDtypeStruct(v.shape[1:], v.dtype) for k, v in params.items()}
-        self.n_seg = point.log_rows(one_point, jax.ShapeDtypeStruct((self.n_state,), self.dtype), settings)
+        self.finish = finish or (lambda row, solution: solution)
+        self.inputs = params if inputs is None else inputs
+        self.rows = self.log_rows(point, settings)
+        self.finish_at_end = max(self.rows.values()) <= KEPT_LOG_ROWS
+        self.columns = n if self.finish_at_end else self.lanes  # of the event log
 
-    def started(self, start: _Plan, point) -> _Lane:
-        """Lanes at the start of the points `point`, from their rows of the plan."""
+    def log_rows(self, point: HybridPoint, settings: SolverSettings) -> dict:
+        """Rows kept of each array of the event log: the system's
+        (HybridSystem.event_rows) where the finish reads the array, one where
+        it does not (as HybridPoint.log_rows, array by array)."""
+        rows = point.system.event_rows(settings.max_segments)
+        read = event_log_read(lambda row, solution, _: self.finish(row, solution), self.one_row(),
+                              self.solution_shapes(dict.fromkeys(_EVENT_LOG, rows)), settings) if rows > 1 else ()
+        return {name: rows if name in read else 1 for name in _EVENT_LOG}
+
+    def one_row(self):
+        return jax.tree_util.tree_map(lambda v: jax.ShapeDtypeStruct(v.shape[1:], v.dtype), self.inputs)
+
+    def solution_shapes(self, rows: dict) -> HybridSolution:
+        """One point's solution's shapes, with `rows` rows of each array of the log."""
+        shapes = solution_shapes(jax.ShapeDtypeStruct((self.n_state,), self.dtype), 1)
+        return replace(shapes, **{name: jax.ShapeDtypeStruct((rows[name],) + getattr(shapes, name).shape[1:],
+                                                             getattr(shapes, name).dtype) for name in _EVENT_LOG})
+
+    def started(self, start: _Plan, point, slot) -> _Lane:
+        """Lanes `slot` at the start of the points `point`, from their rows of the plan."""
         size = point.shape[0]
 
         def full(value, dtype, *shape):
@@ -93,6 +145,7 @@ class _Batch:
 
         return _Lane(
             point=point,
+            slot=slot,
             t=full(0, self.dtype),
             y=start.y,
             f=start.f,
@@ -112,21 +165,34 @@ class _Batch:
     def empty(self) -> _Lane:
         """Before the first refill every lane is idle (point n, "none")."""
         n = self.n
-        return self.started(_take(self.plan, jnp.minimum(jnp.arange(self.lanes), n - 1)),
-                            jnp.full((self.lanes,), n, jnp.int32))
+        lanes = jnp.arange(self.lanes)
+        return self.started(_take(self.plan, jnp.minimum(lanes, n - 1)), jnp.full((self.lanes,), n, jnp.int32), lanes)
 
-    def no_results(self) -> HybridSolution:
-        """The solutions, points last. Events are written into their point's log as
-        they are located, not carried by the lanes: refilling, gathering and
-        putting back lanes then moves their state, not a log of max_segments
-        states each (the landing map's log is 8 times its state)."""
-        n, n_seg = self.n, self.n_seg
-        return HybridSolution(
-            **{k: jnp.zeros(a.shape[:-1] + (n,), a.dtype) for k, a in _end(self.empty()).items()},
-            event_t=jnp.full((n_seg, n), jnp.nan, self.dtype),
-            event_y=jnp.full((n_seg, self.n_state, n), jnp.nan, self.dtype),
-            event_code=jnp.full((n_seg, n), -1, jnp.int32),
-        )
+    def no_results(self) -> _Results:
+        """Nothing written yet: the results points last, and blank event logs.
+        Events are written into a log as they are located, not carried by the
+        lanes: refilling, gathering and putting back lanes then moves their
+        state, not a log of max_segments states each (the landing map's log is 8
+        times its state)."""
+        n, rows, columns = self.n, self.rows, self.columns
+        if self.finish_at_end:
+            out = {k: jnp.zeros(a.shape[:-1] + (n,), a.dtype) for k, a in _end(self.empty()).items()}
+        else:
+            shapes = jax.eval_shape(self.finish, self.one_row(), self.solution_shapes(rows))
+            out = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape + (n,), a.dtype), shapes)
+        blank = self.solution_shapes(rows)
+        return _Results(out=out, log={
+            name: jnp.full(getattr(blank, name).shape + (columns,), _BLANK[name], getattr(blank, name).dtype)
+            for name in _EVENT_LOG
+        })
+
+    def results_of(self, results: _Results):
+        """Every point's finished results, points first."""
+        points_first = jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, -1, 0), results)
+        if not self.finish_at_end:
+            return points_first.out
+        solutions = HybridSolution(**points_first.out, **points_first.log)
+        return jax.vmap(self.finish)(self.inputs, solutions)
 
     def refill(self, lane: _Lane, free, next_point):
         """Free lanes take the next points of the batch, in order."""
@@ -138,7 +204,8 @@ class _Batch:
         def pick(new_value, old_value):
             return jnp.where(takes, new_value, old_value)
 
-        lane = jax.tree_util.tree_map(pick, self.started(_take(self.plan, jnp.minimum(new, n - 1)), new), lane)
+        lane = jax.tree_util.tree_map(pick, self.started(_take(self.plan, jnp.minimum(new, n - 1)), new, lane.slot),
+                                      lane)
         # A free lane left without a point idles: it takes no more steps (its
         # start may be an unplanned row of padding) and is never written.
         idle = free & ~takes
@@ -160,28 +227,66 @@ class _Batch:
         n = self.n
         return jnp.where(chosen & (lane.point < n), lane.point, n + jnp.arange(width, dtype=lane.point.dtype))
 
-    def write(self, lane, results, finished):
+    def write(self, lane, results: _Results, finished) -> _Results:
+        """The finished lanes' points written out: the ends of their solutions
+        (finished after the loop), or their finished results."""
+        if not self.finish_at_end:
+            return replace(results, out=self.finish_lanes(lane, results, finished))
         row = self.rows_of(lane, finished)
-        return replace(results, **{
-            k: getattr(results, k).at[..., row].set(value, mode="drop", unique_indices=True)
+        return replace(results, out={
+            k: results.out[k].at[..., row].set(value, mode="drop", unique_indices=True)
             for k, value in _end(lane).items()
         })
 
-    def record(self, search: _Search, results):
-        """The crossings located in this flush, into their points' event logs."""
+    def finish_lanes(self, lane, results: _Results, finished):
+        """The finish of each finished lane's point, into the results: the lanes
+        gathered a few at a time (a flush finishes a few percent of them), so a
+        finish that reads the whole log reads it for those lanes only."""
+        width = lane.point.shape[0]
+        size = min(width, self.whole(width // _FINISH_SHARE))
+
+        def some(carry):
+            out, left = carry
+            index = jnp.nonzero(left, size=size, fill_value=0)[0]
+            valid = jnp.arange(size) < jnp.sum(left)
+            chosen = _take(lane, index)
+            rows = jax.tree_util.tree_map(lambda a: a[jnp.minimum(chosen.point, self.n - 1)], self.inputs)
+            values = jax.vmap(self.finish, in_axes=(0, -1), out_axes=-1)(rows, self.solution(chosen, results.log))
+            row = self.rows_of(chosen, valid)
+            out = jax.tree_util.tree_map(
+                lambda a, value: a.at[..., row].set(value, mode="drop", unique_indices=True), out, values
+            )
+            return out, left.at[jnp.where(valid, index, width)].set(False, mode="drop")
+
+        out, _ = jax.lax.while_loop(lambda carry: jnp.any(carry[1]), some, (results.out, finished))
+        return out
+
+    def solution(self, lane, log: dict) -> HybridSolution:
+        """The lanes' solutions, lanes last, each event log its lane's column with
+        the rows past the point's events blank, as a log of the point's own
+        would be (the rows hold earlier points' events)."""
+
+        def column(name):
+            kept = log[name][..., lane.slot]
+            used = jnp.expand_dims(jnp.arange(kept.shape[0])[:, None] < lane.events, tuple(range(1, kept.ndim - 1)))
+            return jnp.where(used, kept, _BLANK[name])
+
+        return HybridSolution(**_end(lane), **{name: column(name) for name in _EVENT_LOG})
+
+    def record(self, search: _Search, results: _Results) -> _Results:
+        """The crossings located in this flush, into their logs: the point's, or
+        the lane's (see _Batch)."""
         lane = search.lane
-        row = self.rows_of(lane, search.located)
-        k = jnp.clip(lane.events - 1, 0, self.n_seg - 1)
+        own = lane.point if self.finish_at_end else lane.slot
+        column = jnp.where(search.located & (lane.point < self.n), own,
+                           self.columns + jnp.arange(own.shape[0], dtype=own.dtype))
+        values = {"event_t": lane.t, "event_y": lane.y.T, "event_code": search.code}
 
-        def put(log, value):
-            return log.at[k, ..., row].set(value, mode="drop", unique_indices=True)
+        def put(name):
+            k = jnp.clip(lane.events - 1, 0, self.rows[name] - 1)
+            return results.log[name].at[k, ..., column].set(values[name], mode="drop", unique_indices=True)
 
-        return replace(
-            results,
-            event_t=put(results.event_t, lane.t),
-            event_y=results.event_y.at[k, :, row].set(lane.y.T, mode="drop", unique_indices=True),
-            event_code=put(results.event_code, search.code),
-        )
+        return replace(results, log={name: put(name) for name in _EVENT_LOG})
 
     def locate_parked(self, lane, results):
         """Lanes parked at a crossing locate it: up to 1/_LOCATE_SHARE of the lanes

@@ -69,10 +69,13 @@ class LanesSolver(BatchSolver):
         dtype = jnp.dtype(settings.dtype)
         point = study.solve_point
 
+        def finish(row, solution):
+            p, admitted = row
+            return masked(study, dtype, selected, point.finish(p, solution, settings), admitted)
+
         def run(params, count=None):
             safe, admitted = jax.vmap(lambda p: safe_params(study, dtype, p))(params)
-            solutions = solve_batch(point, safe, settings, plan.width, count, plan.device.accelerator)
-            results = jax.vmap(lambda p, sol: point.finish(p, sol, settings))(safe, solutions)
-            return jax.vmap(lambda r, ok: masked(study, dtype, selected, r, ok))(results, admitted)
+            return solve_batch(point, safe, settings, plan.width, count, plan.device.accelerator, finish=finish,
+                               inputs=(safe, admitted))
 
         return run
