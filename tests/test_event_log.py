@@ -165,6 +165,7 @@ def test_the_lanes_memory_does_not_grow_with_the_points_log():
     with max_segments by a log a lane (of the array it reads), not a log a
     point (4,096 points on 256 lanes: 16 times more)."""
     import bouncing_ball as ball
+
     from engine.solve.lanes import solve_batch
 
     point = ball.LOGGED.solve_point
