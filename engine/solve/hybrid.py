@@ -469,20 +469,20 @@ def event_log_read(finish, params, solution: HybridSolution, settings: SolverSet
     its traced program read backwards from its results. An operation with side
     effects counts as reading all its inputs."""
     def finish_of_log(p, sol, *log):  # the log as the program's last three inputs
-        return finish(p, dataclasses.replace(sol, **dict(zip(_EVENT_LOG, log, strict=True))), settings)
+        return finish(p, dataclasses.replace(sol, **dict(zip(EVENT_LOG, log, strict=True))), settings)
 
     # Shapes, not values: `params` may be a vmapped trace's.
     shapes = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)),
-                                    (params, solution, *(getattr(solution, k) for k in _EVENT_LOG)))
+                                    (params, solution, *(getattr(solution, k) for k in EVENT_LOG)))
     jaxpr = jax.make_jaxpr(finish_of_log)(*shapes).jaxpr
     live = {v for v in jaxpr.outvars if not hasattr(v, "val")}  # variables, not literals
     for eqn in reversed(jaxpr.eqns):
         if eqn.effects or any(v in live for v in eqn.outvars):
             live.update(v for v in eqn.invars if not hasattr(v, "val"))
-    log_inputs = jaxpr.invars[-len(_EVENT_LOG):]
-    return frozenset(name for name, v in zip(_EVENT_LOG, log_inputs, strict=True) if v in live)
+    log_inputs = jaxpr.invars[-len(EVENT_LOG):]
+    return frozenset(name for name, v in zip(EVENT_LOG, log_inputs, strict=True) if v in live)
 
 
 # A solution's event log: what HybridPoint.log_rows keeps only where a finish reads it.
-_EVENT_LOG = ("event_t", "event_y", "event_code")
+EVENT_LOG = ("event_t", "event_y", "event_code")
 

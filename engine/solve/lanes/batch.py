@@ -6,7 +6,7 @@ import jax.numpy as jnp
 
 from engine.pytree import PytreeDataclass, replace
 from engine.solve.base import whole_vectors
-from engine.solve.hybrid import _EVENT_LOG, HybridPoint, HybridSolution, event_log_read, solution_shapes
+from engine.solve.hybrid import EVENT_LOG, HybridPoint, HybridSolution, event_log_read, solution_shapes
 from engine.solve.lanes.machine import _Machine, _plan_block, _planned
 from engine.solve.lanes.state import (
     _FINISH_SHARE,
@@ -124,8 +124,8 @@ class _Batch:
         it does not (as HybridPoint.log_rows, array by array)."""
         rows = point.system.event_rows(settings.max_segments)
         read = event_log_read(lambda row, solution, _: self.finish(row, solution), self.one_row(),
-                              self.solution_shapes(dict.fromkeys(_EVENT_LOG, rows)), settings) if rows > 1 else ()
-        return {name: rows if name in read else 1 for name in _EVENT_LOG}
+                              self.solution_shapes(dict.fromkeys(EVENT_LOG, rows)), settings) if rows > 1 else ()
+        return {name: rows if name in read else 1 for name in EVENT_LOG}
 
     def one_row(self):
         return jax.tree_util.tree_map(lambda v: jax.ShapeDtypeStruct(v.shape[1:], v.dtype), self.inputs)
@@ -134,7 +134,7 @@ class _Batch:
         """One point's solution's shapes, with `rows` rows of each array of the log."""
         shapes = solution_shapes(jax.ShapeDtypeStruct((self.n_state,), self.dtype), 1)
         return replace(shapes, **{name: jax.ShapeDtypeStruct((rows[name],) + getattr(shapes, name).shape[1:],
-                                                             getattr(shapes, name).dtype) for name in _EVENT_LOG})
+                                                             getattr(shapes, name).dtype) for name in EVENT_LOG})
 
     def started(self, start: _Plan, point, slot) -> _Lane:
         """Lanes `slot` at the start of the points `point`, from their rows of the plan."""
@@ -183,7 +183,7 @@ class _Batch:
         blank = self.solution_shapes(rows)
         return _Results(out=out, log={
             name: jnp.full(getattr(blank, name).shape + (columns,), _BLANK[name], getattr(blank, name).dtype)
-            for name in _EVENT_LOG
+            for name in EVENT_LOG
         })
 
     def results_of(self, results: _Results):
@@ -271,7 +271,7 @@ class _Batch:
             used = jnp.expand_dims(jnp.arange(kept.shape[0])[:, None] < lane.events, tuple(range(1, kept.ndim - 1)))
             return jnp.where(used, kept, _BLANK[name])
 
-        return HybridSolution(**_end(lane), **{name: column(name) for name in _EVENT_LOG})
+        return HybridSolution(**_end(lane), **{name: column(name) for name in EVENT_LOG})
 
     def record(self, search: _Search, results: _Results) -> _Results:
         """The crossings located in this flush, into their logs: the point's, or
@@ -286,7 +286,7 @@ class _Batch:
             k = jnp.clip(lane.events - 1, 0, self.rows[name] - 1)
             return results.log[name].at[k, ..., column].set(values[name], mode="drop", unique_indices=True)
 
-        return replace(results, log={name: put(name) for name in _EVENT_LOG})
+        return replace(results, log={name: put(name) for name in EVENT_LOG})
 
     def locate_parked(self, lane, results):
         """Lanes parked at a crossing locate it: up to 1/_LOCATE_SHARE of the lanes
