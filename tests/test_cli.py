@@ -59,7 +59,10 @@ def test_sigterm_stops_a_run_with_one_line_and_it_resumes(small_sweep, tmp_path)
     import sys
     import time
 
-    config = small_sweep(axes='spin_ratio = { linspace = [0.0, 3.0, 400] }', shard_size=1)
+    # Shards of one point, enough of them that the run cannot end between its
+    # first marker and the signal (the one race here; with 400 the test failed
+    # once in a parallel run of the suite, its output not kept).
+    config = small_sweep(axes='spin_ratio = { linspace = [0.0, 3.0, 2000] }', shard_size=1)
     command = [sys.executable, "-m", "engine.cli", "run", str(config), "--workers", "1", "--quiet"]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     markers = tmp_path / "cube.zarr" / "_rollsweep" / "grid"
