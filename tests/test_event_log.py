@@ -181,3 +181,22 @@ def test_the_lanes_memory_does_not_grow_with_the_points_log():
     grown = working_bytes(1024) - working_bytes(128)
     a_lane_log = lanes * (1024 - 128) * 8  # event_t alone
     assert a_lane_log <= grown < 2 * a_lane_log
+
+
+def test_a_finish_reading_event_times_keeps_them_alone_on_every_solver():
+    """bouncing_ball.LOGGED reads its rest time from event_t alone: the log keeps
+    that array's rows and one row of the others (the fused kernel then writes
+    a quarter of the rows at each event). On every solver its rest time is the
+    solution's end time bit for bit, as the study that reads sol.t has it."""
+    import bouncing_ball as ball
+
+    params = {p.name: jax.ShapeDtypeStruct((), jnp.float64) for p in ball.STUDY.parameters}
+    assert ball.LOGGED.solve_point.log_arrays(params, Y0, SETTINGS) == {"event_t": 128, "event_y": 1,
+                                                                         "event_code": 1}
+    heights, restitutions = np.linspace(0.1, 10, 16), np.linspace(0.05, 0.9, 16)
+    columns = {"height": heights, "restitution": restitutions, "min_speed": np.full(16, ball.MIN_SPEED)}
+    for solver in ("lanes", "vmapped", "fused"):
+        logged, ends = (evaluate(study, SETTINGS, columns, plan=make_plan(study, solver=solver, points=16))
+                        for study in (ball.LOGGED, ball.STUDY))
+        np.testing.assert_array_equal(logged.outputs["rest_time"], ends.outputs["rest_time"], err_msg=solver)
+        np.testing.assert_array_equal(logged.outputs["impacts"], ball.closed_form(heights, restitutions)[1])

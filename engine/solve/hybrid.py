@@ -438,23 +438,37 @@ class HybridPoint:
         with max_segments = 1024 and 45k with 128; with one row 86-124k either
         way (2 busy cores; the same results). `params` and `y0`: one point's
         (arrays or their shapes)."""
-        rows = self.system.event_rows(settings.max_segments)
-        if rows > 1 and not reads_event_log(self.finish, params, solution_shapes(y0, rows), settings):
-            return 1
-        return rows
+        return max(self.log_arrays(params, y0, settings).values())
+
+    def log_arrays(self, params, y0, settings: SolverSettings) -> dict:
+        """Rows kept of each array of the event log (log_rows_read of this
+        point's finish): the fused kernel keeps an array no one reads as one row."""
+        return log_rows_read(self.system, self.finish, params, y0, settings)
 
 
-def solution_shapes(y0, rows: int) -> HybridSolution:
+def solution_shapes(y0, rows: int | dict) -> HybridSolution:
     """The shapes and dtypes of one point's solution, for a state like `y0` and
-    an event log of `rows` rows."""
+    an event log of `rows` rows (or of rows[name] rows, array by array)."""
     dtype, n = y0.dtype, y0.shape[0]
+    rows = rows if isinstance(rows, dict) else dict.fromkeys(EVENT_LOG, rows)
     return HybridSolution(
         t=jax.ShapeDtypeStruct((), dtype), y=jax.ShapeDtypeStruct((n,), dtype),
         mode=jax.ShapeDtypeStruct((), jnp.int32), status=jax.ShapeDtypeStruct((), jnp.int8),
         num_steps=jax.ShapeDtypeStruct((), jnp.int32), num_events=jax.ShapeDtypeStruct((), jnp.int32),
-        event_t=jax.ShapeDtypeStruct((rows,), dtype), event_y=jax.ShapeDtypeStruct((rows, n), dtype),
-        event_code=jax.ShapeDtypeStruct((rows,), jnp.int32),
+        event_t=jax.ShapeDtypeStruct((rows["event_t"],), dtype),
+        event_y=jax.ShapeDtypeStruct((rows["event_y"], n), dtype),
+        event_code=jax.ShapeDtypeStruct((rows["event_code"],), jnp.int32),
     )
+
+
+def log_rows_read(system: HybridSystem, finish, params, y0, settings: SolverSettings) -> dict:
+    """Rows kept of each array of the event log (name -> rows) for
+    finish(params, solution, settings): the system's
+    (HybridSystem.event_rows) where the finish reads the array, one where it
+    does not. `params` and `y0`: one point's (arrays or their shapes)."""
+    rows = system.event_rows(settings.max_segments)
+    read = event_log_read(finish, params, solution_shapes(y0, rows), settings) if rows > 1 else ()
+    return {name: rows if name in read else 1 for name in EVENT_LOG}
 
 
 def reads_event_log(finish, params, solution: HybridSolution, settings: SolverSettings) -> bool:

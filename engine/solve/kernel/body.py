@@ -87,7 +87,7 @@ class KernelBody:
         begins = jax.eval_shape(start, params)
         if begins.y0.ndim != 1:
             raise Unfusable(f"its state has shape {begins.y0.shape}, not a vector")
-        rows = point.log_rows(params, begins.y0, settings)  # one where the finish reads no event log
+        rows = point.log_arrays(params, begins.y0, settings)  # one row of an array the finish does not read
         self.solve = LaneSolve(point.system, settings, begins.y0.shape[0], begins.args, rows)
         solution = self.solve.solution_shapes()
         outputs = jax.eval_shape(finish, params, solution).outputs

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 
 import engine.solve.kernel.pallas as backend
 from engine.solve import stepper
-from engine.solve.hybrid import _INACTIVE, HybridSolution, HybridSystem, solution_shapes
+from engine.solve.hybrid import _INACTIVE, EVENT_LOG, HybridSolution, HybridSystem, solution_shapes
 from engine.solve.kernel.jaxpr import LaneFunction, from_list, lane_vector
 from engine.solve.lanes.state import _LOCATE_TRIES, _NONFINITE_SHRINK
 from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
@@ -74,7 +74,8 @@ class LaneSolve:
     components and the system's arguments shaped as `args` (a pytree of
     jax.ShapeDtypeStruct). Calling it solves a block (see __call__)."""
 
-    def __init__(self, system: HybridSystem, settings: SolverSettings, n_state: int, args, rows: int | None = None):
+    def __init__(self, system: HybridSystem, settings: SolverSettings, n_state: int, args,
+                 rows: int | dict | None = None):
         self.settings = settings
         self.dtype = dtype = jnp.dtype(settings.dtype)
         self.n_state = n_state
@@ -101,7 +102,9 @@ class LaneSolve:
         self.resets = [LaneFunction(f, scalar, state, args, name=f"reset of {k}")
                        for f, k in zip(system.resets(), names_of, strict=True)]
         self.ends_at_horizon = [m.ends_at_horizon for m in system.modes]
-        self.rows = system.event_rows(settings.max_segments) if rows is None else rows  # of the event log
+        # Rows of each array of the event log (HybridPoint.log_arrays: one where no one reads it).
+        rows = system.event_rows(settings.max_segments) if rows is None else rows
+        self.rows = rows if isinstance(rows, dict) else dict.fromkeys(EVENT_LOG, rows)
 
         self.tableau = settings.make_solver().tableau
         self.controller = Controller.of(settings)
@@ -200,8 +203,8 @@ class LaneSolve:
         init = dict(
             t=t0, y=y0, f=f0, g=g0, dg=dg0, mode=mode0, h=h0, steps=zero, segment_steps=zero,
             status=full(int(Status.PENDING), jnp.int32), events=zero,
-            event_t=[nan] * self.rows, event_code=[full(-1, jnp.int32)] * self.rows,
-            event_y=[[nan] * self.n_state for _ in range(self.rows)],
+            event_t=[nan] * self.rows["event_t"], event_code=[full(-1, jnp.int32)] * self.rows["event_code"],
+            event_y=[[nan] * self.n_state for _ in range(self.rows["event_y"])],
             locating=full(False, bool), span=t0, code=zero, lo=t0, hi=t0, dt=t0, nudge=t0,
             creeping=full(False, bool), tries=zero,
         )
@@ -214,9 +217,9 @@ class LaneSolve:
             t=from_list([final["t"]], ()), y=from_list(final["y"], (self.n_state,)),
             mode=from_list([final["mode"]], ()),
             status=from_list([final["status"]], ()), num_steps=from_list([final["steps"]], ()),
-            num_events=from_list([final["events"]], ()), event_t=from_list(final["event_t"], (self.rows,)),
-            event_y=from_list([v for row in final["event_y"] for v in row], (self.rows, self.n_state)),
-            event_code=from_list(final["event_code"], (self.rows,)),
+            num_events=from_list([final["events"]], ()), event_t=from_list(final["event_t"], (self.rows["event_t"],)),
+            event_y=from_list([v for row in final["event_y"] for v in row], (self.rows["event_y"], self.n_state)),
+            event_code=from_list(final["event_code"], (self.rows["event_code"],)),
         )
         return solution
 
@@ -294,15 +297,18 @@ class LaneSolve:
         # one point a thread (the generated C), only at its own events. Every
         # step wrote every row of the log (a select each), which made a study
         # that reads a log of 512 rows 4.6x slower (the bouncing ball, host C).
-        k = jnp.minimum(s["events"], self.rows - 1)
         log = (s["event_t"], s["event_code"], s["event_y"])
 
+        def logged(name):
+            """Where each row of the array `name` takes this event (its k-th)."""
+            k = jnp.minimum(s["events"], self.rows[name] - 1)
+            return [located & (k == r) for r in range(self.rows[name])]
+
         def fired():
-            logged = [located & (k == r) for r in range(self.rows)]
-            written = ([jnp.where(w, t1, v) for w, v in zip(logged, s["event_t"], strict=True)],
-                       [jnp.where(w, code, v) for w, v in zip(logged, s["event_code"], strict=True)],
+            written = ([jnp.where(w, t1, v) for w, v in zip(logged("event_t"), s["event_t"], strict=True)],
+                       [jnp.where(w, code, v) for w, v in zip(logged("event_code"), s["event_code"], strict=True)],
                        [[jnp.where(w, a, b) for a, b in zip(y1, row, strict=True)]
-                        for w, row in zip(logged, s["event_y"], strict=True)])
+                        for w, row in zip(logged("event_y"), s["event_y"], strict=True)])
             return self.event(code, t1, y1, mode, args, horizon) + (written,)
 
         def quiet():

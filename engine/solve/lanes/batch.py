@@ -6,7 +6,7 @@ import jax.numpy as jnp
 
 from engine.pytree import PytreeDataclass, replace
 from engine.solve.base import whole_vectors
-from engine.solve.hybrid import EVENT_LOG, HybridPoint, HybridSolution, event_log_read, solution_shapes
+from engine.solve.hybrid import EVENT_LOG, HybridPoint, HybridSolution, log_rows_read, solution_shapes
 from engine.solve.lanes.machine import _Machine, _plan_block, _planned
 from engine.solve.lanes.state import (
     _FINISH_SHARE,
@@ -119,22 +119,15 @@ class _Batch:
         self.columns = n if self.finish_at_end else self.lanes  # of the event log
 
     def log_rows(self, point: HybridPoint, settings: SolverSettings) -> dict:
-        """Rows kept of each array of the event log: the system's
-        (HybridSystem.event_rows) where the finish reads the array, one where
-        it does not (as HybridPoint.log_rows, array by array)."""
-        rows = point.system.event_rows(settings.max_segments)
-        read = event_log_read(lambda row, solution, _: self.finish(row, solution), self.one_row(),
-                              self.solution_shapes(dict.fromkeys(EVENT_LOG, rows)), settings) if rows > 1 else ()
-        return {name: rows if name in read else 1 for name in EVENT_LOG}
+        """Rows kept of each array of the event log, for this batch's finish (log_rows_read)."""
+        return log_rows_read(point.system, lambda row, solution, _: self.finish(row, solution), self.one_row(),
+                             jax.ShapeDtypeStruct((self.n_state,), self.dtype), settings)
 
     def one_row(self):
         return jax.tree_util.tree_map(lambda v: jax.ShapeDtypeStruct(v.shape[1:], v.dtype), self.inputs)
 
     def solution_shapes(self, rows: dict) -> HybridSolution:
-        """One point's solution's shapes, with `rows` rows of each array of the log."""
-        shapes = solution_shapes(jax.ShapeDtypeStruct((self.n_state,), self.dtype), 1)
-        return replace(shapes, **{name: jax.ShapeDtypeStruct((rows[name],) + getattr(shapes, name).shape[1:],
-                                                             getattr(shapes, name).dtype) for name in EVENT_LOG})
+        return solution_shapes(jax.ShapeDtypeStruct((self.n_state,), self.dtype), rows)
 
     def started(self, start: _Plan, point, slot) -> _Lane:
         """Lanes `slot` at the start of the points `point`, from their rows of the plan."""
