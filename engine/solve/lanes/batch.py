@@ -159,7 +159,10 @@ class _Batch:
         """Before the first refill every lane is idle (point n, "none")."""
         n = self.n
         lanes = jnp.arange(self.lanes)
-        return self.started(_take(self.plan, jnp.minimum(lanes, n - 1)), jnp.full((self.lanes,), n, jnp.int32), lanes)
+        # A lane's slot only where the log is kept a column a lane (None: no
+        # leaf, nothing carried, gathered or picked).
+        slot = None if self.finish_at_end else lanes
+        return self.started(_take(self.plan, jnp.minimum(lanes, n - 1)), jnp.full((self.lanes,), n, jnp.int32), slot)
 
     def no_results(self) -> _Results:
         """Nothing written yet: the results points last, and blank event logs.

@@ -37,7 +37,9 @@ class _Lane(PytreeDataclass):
     """State of the lanes (every field has a trailing lane axis)."""
 
     point: jax.Array  # index into the batch; the batch size means "no point"
-    slot: jax.Array  # the lane's column of the lanes' event log (its place in the full width)
+    # the lane's column of the lanes' event log (its place in the full width);
+    # None where the log is kept a column a point (engine.solve.lanes.batch._Batch)
+    slot: jax.Array | None
     t: jax.Array
     y: jax.Array
     f: jax.Array  # vector field at (t, y): the first stage of the next step
