@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine import HybridPoint, PointResult, SolverSettings
+from engine import HybridPoint, PointResult, SolverSettings, Status
 from engine.solve import evaluate, make_plan
 from engine.solve.hybrid import event_log_read, reads_event_log, solution_shapes
 
@@ -119,8 +119,8 @@ def _solve_on_lanes(point, settings, columns, lanes):
 def test_a_long_log_read_on_lanes_is_each_points_own():
     """With a log longer than the lanes keep per point, each lane keeps one and a
     point is finished as it ends: 64 lanes solve 160 points in turn (so their
-    logs hold earlier points' rows), and finish 32 copies of one point in one
-    flush, 16 at a time. Every point's log must read as its own: the same
+    logs hold earlier points' rows), the first 40 of them copies of one point,
+    32 of which end in one flush and are finished 16 at a time. Every point's log must read as its own: the same
     results, bit for bit, as the per-point solve, whose log is the point's
     alone."""
     import bouncing_ball as ball
@@ -200,3 +200,39 @@ def test_a_finish_reading_event_times_keeps_them_alone_on_every_solver():
                         for study in (ball.LOGGED, ball.STUDY))
         np.testing.assert_array_equal(logged.outputs["rest_time"], ends.outputs["rest_time"], err_msg=solver)
         np.testing.assert_array_equal(logged.outputs["impacts"], ball.closed_form(heights, restitutions)[1])
+
+
+@pytest.mark.parametrize("read, shape_of", [
+    # The log's length read from an array whose values it never reads.
+    (lambda p, sol: jnp.max(jnp.where(jnp.arange(sol.event_code.shape[0]) < sol.num_events, sol.event_t, -jnp.inf)),
+     "event_code"),
+    # No array's values read at all: the result is the log's length, a constant.
+    (lambda p, sol: jnp.asarray(sol.event_y.shape[0], sol.t.dtype), "event_y"),
+], ids=["length of another array", "length alone"])
+def test_a_finish_that_reads_an_arrays_shape_keeps_every_row(read, shape_of):
+    """One row of an array the finish does not read would change its results
+    when it reads that array's shape: every array then keeps the log's rows,
+    and the lanes and the fused kernel agree with the per-point solve."""
+    import dataclasses
+
+    import bouncing_ball as ball
+
+    from engine.solve.hybrid import log_rows_read
+
+    settings = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=24)
+    finish = _finish_reading(read)
+    params = {p.name: jax.ShapeDtypeStruct((), jnp.float64) for p in ball.STUDY.parameters}
+    assert log_rows_read(ball.SYSTEM, finish, params, Y0, settings) == dict.fromkeys(
+        ("event_t", "event_y", "event_code"), 24), shape_of
+    study = dataclasses.replace(ball.STUDY, name="bouncing_ball_shape",
+                                outputs=(dataclasses.replace(ball.STUDY.outputs[0], name="x"),),
+                                solve_point=HybridPoint(ball.SYSTEM, ball.STUDY.solve_point.start, finish))
+    columns = {"height": np.linspace(0.1, 10, 16), "restitution": np.full(16, 0.3),
+               "min_speed": np.full(16, ball.MIN_SPEED)}
+    results = {solver: evaluate(study, settings, columns, plan=make_plan(study, solver=solver, points=16))
+               for solver in ("vmapped", "lanes", "fused")}
+    for solver in ("lanes", "fused"):
+        np.testing.assert_array_equal(results[solver].status, results["vmapped"].status, err_msg=solver)
+        np.testing.assert_allclose(results[solver].outputs["x"], results["vmapped"].outputs["x"], rtol=1e-12,
+                                   err_msg=solver)
+    np.testing.assert_array_equal(results["vmapped"].status, Status.SUCCESS)

@@ -465,10 +465,19 @@ def log_rows_read(system: HybridSystem, finish, params, y0, settings: SolverSett
     """Rows kept of each array of the event log (name -> rows) for
     finish(params, solution, settings): the system's
     (HybridSystem.event_rows) where the finish reads the array, one where it
-    does not. `params` and `y0`: one point's (arrays or their shapes)."""
+    does not; every array's where the finish's results would change with the
+    shape of an array it does not read (`len(sol.event_code)` as the log's
+    length, say). `params` and `y0`: one point's (arrays or their shapes)."""
     rows = system.event_rows(settings.max_segments)
-    read = event_log_read(finish, params, solution_shapes(y0, rows), settings) if rows > 1 else ()
-    return {name: rows if name in read else 1 for name in EVENT_LOG}
+    full = dict.fromkeys(EVENT_LOG, rows)
+    if rows == 1:
+        return full
+    read = event_log_read(finish, params, solution_shapes(y0, rows), settings)
+    kept = {name: rows if name in read else 1 for name in EVENT_LOG}
+    if kept != full and (_results_program(finish, params, solution_shapes(y0, kept), settings)
+                         != _results_program(finish, params, solution_shapes(y0, full), settings)):
+        return full
+    return kept
 
 
 def reads_event_log(finish, params, solution: HybridSolution, settings: SolverSettings) -> bool:
@@ -482,7 +491,15 @@ def event_log_read(finish, params, solution: HybridSolution, settings: SolverSet
     event_code) on which finish(params, solution, settings)'s results depend:
     its traced program read backwards from its results. An operation with side
     effects counts as reading all its inputs."""
-    def finish_of_log(p, sol, *log):  # the log as the program's last three inputs
+    jaxpr, live = _finish_program(finish, params, solution, settings)
+    log_inputs = jaxpr.invars[-len(EVENT_LOG):]
+    return frozenset(name for name, v in zip(EVENT_LOG, log_inputs, strict=True) if v in live)
+
+
+def _finish_program(finish, params, solution: HybridSolution, settings: SolverSettings):
+    """finish(params, solution, settings) traced, the log's arrays its last
+    three inputs, and the variables its results depend on."""
+    def finish_of_log(p, sol, *log):
         return finish(p, dataclasses.replace(sol, **dict(zip(EVENT_LOG, log, strict=True))), settings)
 
     # Shapes, not values: `params` may be a vmapped trace's.
@@ -493,8 +510,17 @@ def event_log_read(finish, params, solution: HybridSolution, settings: SolverSet
     for eqn in reversed(jaxpr.eqns):
         if eqn.effects or any(v in live for v in eqn.outvars):
             live.update(v for v in eqn.invars if not hasattr(v, "val"))
-    log_inputs = jaxpr.invars[-len(EVENT_LOG):]
-    return frozenset(name for name, v in zip(EVENT_LOG, log_inputs, strict=True) if v in live)
+    return jaxpr, live
+
+
+def _results_program(finish, params, solution: HybridSolution, settings: SolverSettings) -> tuple:
+    """What the finish computes toward its results, comparable across traces:
+    each such operation's primitive, parameters and result shapes, and the
+    results that are constants."""
+    jaxpr, live = _finish_program(finish, params, solution, settings)
+    operations = tuple((eqn.primitive.name, str(eqn.params), tuple(str(v.aval) for v in eqn.outvars))
+                       for eqn in jaxpr.eqns if eqn.effects or any(v in live for v in eqn.outvars))
+    return operations, tuple(str(v.val) if hasattr(v, "val") else str(v.aval) for v in jaxpr.outvars)
 
 
 # A solution's event log: what HybridPoint.log_rows keeps only where a finish reads it.
