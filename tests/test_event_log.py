@@ -236,3 +236,26 @@ def test_a_finish_that_reads_an_arrays_shape_keeps_every_row(read, shape_of):
         np.testing.assert_allclose(results[solver].outputs["x"], results["vmapped"].outputs["x"], rtol=1e-12,
                                    err_msg=solver)
     np.testing.assert_array_equal(results["vmapped"].status, Status.SUCCESS)
+
+
+@pytest.mark.parametrize("accelerator", [False, True], ids=["cpu", "accelerator"])
+def test_a_long_log_read_on_lanes_with_padding(accelerator):
+    """Finished as points end, a batch padded past `count` (its rows unsolved)
+    and the accelerator's lanes (no whole vectors, no conditionals for XLA:CPU)
+    give each real point its own log's results, as the per-point solve."""
+    import bouncing_ball as ball
+    from engine.solve.lanes import solve_batch
+
+    settings = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=40)
+    point = HybridPoint(ball.SYSTEM, ball.STUDY.solve_point.start, _whole_log_finish)
+    columns = {k: jnp.asarray(v) for k, v in _logged_columns(64).items()}
+    run = jax.jit(lambda p, count: solve_batch(point, p, settings, 12, count, accelerator,
+                                               finish=lambda row, sol: point.finish(row, sol, settings)))
+    padded = jax.tree_util.tree_map(np.asarray, run(columns, 37))
+    per_point = jax.tree_util.tree_map(np.asarray, jax.jit(jax.vmap(lambda p: point(p, settings)))(columns))
+    np.testing.assert_array_equal(padded.status[:37], per_point.status[:37])
+    np.testing.assert_array_equal(padded.status[37:], Status.PENDING)
+    for name in ("logged", "blank_codes"):
+        np.testing.assert_array_equal(padded.outputs[name][:37], per_point.outputs[name][:37], err_msg=name)
+    for name in ("last", "sum_t", "sum_speed"):
+        np.testing.assert_allclose(padded.outputs[name][:37], per_point.outputs[name][:37], rtol=1e-11, err_msg=name)
