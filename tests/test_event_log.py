@@ -244,6 +244,7 @@ def test_a_long_log_read_on_lanes_with_padding(accelerator):
     and the accelerator's lanes (no whole vectors, no conditionals for XLA:CPU)
     give each real point its own log's results, as the per-point solve."""
     import bouncing_ball as ball
+
     from engine.solve.lanes import solve_batch
 
     settings = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=40)
