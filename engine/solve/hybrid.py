@@ -472,18 +472,13 @@ def log_rows_read(system: HybridSystem, finish, params, y0, settings: SolverSett
     full = dict.fromkeys(EVENT_LOG, rows)
     if rows == 1:
         return full
-    read = event_log_read(finish, params, solution_shapes(y0, rows), settings)
+    program = _finish_program(finish, params, solution_shapes(y0, full), settings)  # traced once, read twice
+    read = _log_read(*program)
     kept = {name: rows if name in read else 1 for name in EVENT_LOG}
-    if kept != full and (_results_program(finish, params, solution_shapes(y0, kept), settings)
-                         != _results_program(finish, params, solution_shapes(y0, full), settings)):
+    if kept != full and (_results_program(*_finish_program(finish, params, solution_shapes(y0, kept), settings))
+                         != _results_program(*program)):
         return full
     return kept
-
-
-def reads_event_log(finish, params, solution: HybridSolution, settings: SolverSettings) -> bool:
-    """Whether finish(params, solution, settings)'s results depend on the
-    solution's event log (event_t, event_y, event_code): see event_log_read."""
-    return bool(event_log_read(finish, params, solution, settings))
 
 
 def event_log_read(finish, params, solution: HybridSolution, settings: SolverSettings) -> frozenset[str]:
@@ -491,7 +486,11 @@ def event_log_read(finish, params, solution: HybridSolution, settings: SolverSet
     event_code) on which finish(params, solution, settings)'s results depend:
     its traced program read backwards from its results. An operation with side
     effects counts as reading all its inputs."""
-    jaxpr, live = _finish_program(finish, params, solution, settings)
+    return _log_read(*_finish_program(finish, params, solution, settings))
+
+
+def _log_read(jaxpr, live) -> frozenset[str]:
+    """The log arrays among a finish's program's inputs (_finish_program) that its results depend on."""
     log_inputs = jaxpr.invars[-len(EVENT_LOG):]
     return frozenset(name for name, v in zip(EVENT_LOG, log_inputs, strict=True) if v in live)
 
@@ -513,11 +512,10 @@ def _finish_program(finish, params, solution: HybridSolution, settings: SolverSe
     return jaxpr, live
 
 
-def _results_program(finish, params, solution: HybridSolution, settings: SolverSettings) -> tuple:
-    """What the finish computes toward its results, comparable across traces:
-    each such operation's primitive, parameters and result shapes, and the
-    results that are constants."""
-    jaxpr, live = _finish_program(finish, params, solution, settings)
+def _results_program(jaxpr, live) -> tuple:
+    """What a finish's program (_finish_program) computes toward its results,
+    comparable across traces: each such operation's primitive, parameters and
+    result shapes, and the results that are constants."""
     operations = tuple((eqn.primitive.name, str(eqn.params), tuple(str(v.aval) for v in eqn.outvars))
                        for eqn in jaxpr.eqns if eqn.effects or any(v in live for v in eqn.outvars))
     return operations, tuple(str(v.val) if hasattr(v, "val") else str(v.aval) for v in jaxpr.outvars)

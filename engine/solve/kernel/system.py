@@ -74,8 +74,7 @@ class LaneSolve:
     components and the system's arguments shaped as `args` (a pytree of
     jax.ShapeDtypeStruct). Calling it solves a block (see __call__)."""
 
-    def __init__(self, system: HybridSystem, settings: SolverSettings, n_state: int, args,
-                 rows: int | dict | None = None):
+    def __init__(self, system: HybridSystem, settings: SolverSettings, n_state: int, args, rows: dict | None = None):
         self.settings = settings
         self.dtype = dtype = jnp.dtype(settings.dtype)
         self.n_state = n_state
@@ -103,8 +102,7 @@ class LaneSolve:
                        for f, k in zip(system.resets(), names_of, strict=True)]
         self.ends_at_horizon = [m.ends_at_horizon for m in system.modes]
         # Rows of each array of the event log (HybridPoint.log_arrays: one where no one reads it).
-        rows = system.event_rows(settings.max_segments) if rows is None else rows
-        self.rows = rows if isinstance(rows, dict) else dict.fromkeys(EVENT_LOG, rows)
+        self.rows = rows or dict.fromkeys(EVENT_LOG, system.event_rows(settings.max_segments))
 
         self.tableau = settings.make_solver().tableau
         self.controller = Controller.of(settings)

@@ -121,13 +121,13 @@ class _Batch:
     def log_rows(self, point: HybridPoint, settings: SolverSettings) -> dict:
         """Rows kept of each array of the event log, for this batch's finish (log_rows_read)."""
         return log_rows_read(point.system, lambda row, solution, _: self.finish(row, solution), self.one_row(),
-                             jax.ShapeDtypeStruct((self.n_state,), self.dtype), settings)
+                             self.y_shape(), settings)
 
     def one_row(self):
         return jax.tree_util.tree_map(lambda v: jax.ShapeDtypeStruct(v.shape[1:], v.dtype), self.inputs)
 
-    def solution_shapes(self, rows: dict) -> HybridSolution:
-        return solution_shapes(jax.ShapeDtypeStruct((self.n_state,), self.dtype), rows)
+    def y_shape(self) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct((self.n_state,), self.dtype)
 
     def started(self, start: _Plan, point, slot) -> _Lane:
         """Lanes `slot` at the start of the points `point`, from their rows of the plan."""
@@ -170,13 +170,13 @@ class _Batch:
         lanes: refilling, gathering and putting back lanes then moves their
         state, not a log of max_segments states each (the landing map's log is 8
         times its state)."""
-        n, rows, columns = self.n, self.rows, self.columns
+        n, columns = self.n, self.columns
+        blank = solution_shapes(self.y_shape(), self.rows)  # one point's solution
         if self.finish_at_end:
             out = {k: jnp.zeros(a.shape[:-1] + (n,), a.dtype) for k, a in _end(self.empty()).items()}
         else:
-            shapes = jax.eval_shape(self.finish, self.one_row(), self.solution_shapes(rows))
+            shapes = jax.eval_shape(self.finish, self.one_row(), blank)
             out = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape + (n,), a.dtype), shapes)
-        blank = self.solution_shapes(rows)
         return _Results(out=out, log={
             name: jnp.full(getattr(blank, name).shape + (columns,), _BLANK[name], getattr(blank, name).dtype)
             for name in EVENT_LOG
