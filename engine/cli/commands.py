@@ -329,8 +329,10 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (a job scheduler's or `kill`'s stop), handled as Ctrl-C is."""
 
 
-def _terminate(signum, frame):
-    raise Terminated()
+# A SIGTERM not yet taken by the command is sent again this often (see main).
+RESEND_SECONDS = 0.2
+# Set where the command takes an interrupt: no SIGTERM is sent or raised again.
+_interrupt_taken = threading.Event()
 
 
 def entry(argv=None) -> int:
@@ -387,13 +389,39 @@ def _exit_now(code: int):
 
 
 def main(argv=None, freeze: bool = False) -> int:
+    """The command line, SIGTERM raised in it as Terminated (its line, exit 143).
+
+    A signal's exception is raised wherever the main thread happens to be, and
+    Python prints and drops one raised in a garbage collector's callback (JAX
+    has one) or a __del__: the run then went on, to its end. So until the
+    command has taken the stop, a thread sends the signal again every
+    RESEND_SECONDS."""
     if threading.current_thread() is not threading.main_thread():  # signals go to the main thread only
         return _main(argv, freeze)
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    _interrupt_taken.clear()
+    resending = []
+
+    def terminate(signum, frame):
+        if _interrupt_taken.is_set():  # a resend late for a command that has already stopped
+            return
+        if not resending:
+            resending.append(threading.Thread(target=_resend, args=(signum,), daemon=True, name="rollsweep-sigterm"))
+            resending[0].start()
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
     try:
         return _main(argv, freeze)
     finally:
+        _interrupt_taken.set()
+        for thread in resending:
+            thread.join()
         signal.signal(signal.SIGTERM, previous)
+
+
+def _resend(signum: int):
+    while not _interrupt_taken.wait(RESEND_SECONDS):
+        os.kill(os.getpid(), signum)
 
 
 def _import_command(module: str, args):
@@ -428,6 +456,7 @@ def _main(argv, freeze: bool = False) -> int:
         print(f"rollsweep: error: {_disk_error(args, err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as err:
+        _interrupt_taken.set()
         print("rollsweep: interrupted; run the same command again to resume", file=sys.stderr)
         return 143 if isinstance(err, Terminated) else 130
     return code or 0
