@@ -74,33 +74,61 @@ def test_sigterm_stops_a_run_with_one_line_and_it_resumes(small_sweep, tmp_path)
 
 
 @pytest.mark.usefixtures("children_on_cpu")
-def test_a_sigterm_dropped_in_a_collector_callback_still_stops_the_run(small_sweep):
+@pytest.mark.parametrize(("stop", "code"), [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_stop_dropped_in_a_collector_callback_still_stops_the_run(small_sweep, stop, code):
     """A signal's exception raised inside a garbage collector's callback (JAX
     registers one) is printed and dropped by Python: the run went on to its
-    end. The stop is sent again until the command takes it: exit 143, the
-    one line, after the dropped one."""
+    end. The stop (SIGTERM, or Ctrl-C's SIGINT) is sent again until the
+    command takes it: its exit code, the one line, after the dropped one."""
     import subprocess
     import sys
 
     config = small_sweep(axes='spin_ratio = { linspace = [0.0, 3.0, 400] }', shard_size=1)
-    # The first collection after the command has started sends SIGTERM and
-    # goes on inside its callback, where the handler then runs.
-    code = f"""
+    # The first collection after the command has started sends the signal and
+    # goes on inside its callback, where the handler then runs. SIGINT is
+    # given Python's own handler first, as in a terminal (a test runner's
+    # worker may have it ignored).
+    script = f"""
 import gc, os, signal, sys
 from engine.cli import commands
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sent = []
 def callback(phase, info):
-    if phase == "start" and not sent and signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    if phase == "start" and not sent and signal.getsignal(signal.{stop}) not in (signal.SIG_DFL,
+                                                                                 signal.default_int_handler):
         sent.append(1)
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.{stop})
         sum(range(1000))
 gc.callbacks.append(callback)
 sys.exit(commands.main(["run", {str(config)!r}, "--workers", "1", "--quiet"]))
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert "Exception ignored" in done.stderr, done.stderr  # the first one was dropped, as Python does
-    assert done.returncode == 143, done.stderr
+    assert done.returncode == code, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "rollsweep: interrupted; run the same command again to resume"
+
+
+def test_ctrl_c_left_ignored_where_the_shell_ignores_it(monkeypatch):
+    """A background job's SIGINT, ignored by its shell, stays ignored while a
+    command runs, and every handler is given back after it."""
+    import signal
+
+    from engine.cli import commands
+
+    seen = {}
+    monkeypatch.setattr(commands, "_main", lambda argv, freeze=False: seen.update(
+        sigint=signal.getsignal(signal.SIGINT), sigterm=signal.getsignal(signal.SIGTERM)) or 0)
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert commands.main(["studies"]) == 0
+        assert seen["sigint"] is signal.SIG_IGN and callable(seen["sigterm"])
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        assert commands.main(["studies"]) == 0
+        assert seen["sigint"] is not signal.default_int_handler and seen["sigint"] is seen["sigterm"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_importing_the_engine_leaves_the_collector_as_it_found_it():

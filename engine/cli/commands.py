@@ -329,9 +329,9 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (a job scheduler's or `kill`'s stop), handled as Ctrl-C is."""
 
 
-# A SIGTERM not yet taken by the command is sent again this often (see main).
+# A stop (SIGTERM, Ctrl-C) not yet taken by the command is sent again this often (see main).
 RESEND_SECONDS = 0.2
-# Set where the command takes an interrupt: no SIGTERM is sent or raised again.
+# Set where the command takes an interrupt: no stop is sent or raised again.
 _interrupt_taken = threading.Event()
 
 
@@ -389,34 +389,40 @@ def _exit_now(code: int):
 
 
 def main(argv=None, freeze: bool = False) -> int:
-    """The command line, SIGTERM raised in it as Terminated (its line, exit 143).
+    """The command line, a stop raised in it: SIGTERM as Terminated (its line,
+    exit 143), Ctrl-C (SIGINT) as KeyboardInterrupt (exit 130).
 
     A signal's exception is raised wherever the main thread happens to be, and
     Python prints and drops one raised in a garbage collector's callback (JAX
     has one) or a __del__: the run then went on, to its end. So until the
     command has taken the stop, a thread sends the signal again every
-    RESEND_SECONDS."""
+    RESEND_SECONDS. Ctrl-C is handled so only where Python's own handler has
+    it (a shell that ignores it for a background job keeps it ignored)."""
     if threading.current_thread() is not threading.main_thread():  # signals go to the main thread only
         return _main(argv, freeze)
     _interrupt_taken.clear()
     resending = []
 
-    def terminate(signum, frame):
+    def stop(signum, frame):
         if _interrupt_taken.is_set():  # a resend late for a command that has already stopped
             return
         if not resending:
-            resending.append(threading.Thread(target=_resend, args=(signum,), daemon=True, name="rollsweep-sigterm"))
+            resending.append(threading.Thread(target=_resend, args=(signum,), daemon=True, name="rollsweep-stop"))
             resending[0].start()
-        raise Terminated()
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
-    previous = signal.signal(signal.SIGTERM, terminate)
+    handled = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        handled.append(signal.SIGINT)
+    previous = {signum: signal.signal(signum, stop) for signum in handled}
     try:
         return _main(argv, freeze)
     finally:
         _interrupt_taken.set()
         for thread in resending:
             thread.join()
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _resend(signum: int):
