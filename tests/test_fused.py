@@ -188,9 +188,22 @@ def test_what_a_result_does_not_depend_on_is_not_evaluated():
     np.testing.assert_array_equal(_on_lanes(with_dead_code, y, p), y * p)
 
 
-def test_indices_that_depend_on_the_point_are_refused():
+@pytest.mark.parametrize("fn", [
+    lambda y, p: y[jnp.asarray(p, jnp.int32)],  # out of range below and above: clamped, as XLA
+    lambda y, p: y[jnp.asarray(p, jnp.int32) - 1] * y[1],
+    lambda y, p: jax.lax.dynamic_slice(jnp.stack([y, 2 * y]), (jnp.int32(1), jnp.asarray(p, jnp.int32)), (1, 2)),
+], ids=["index", "index and constant", "two axes"])
+def test_a_slice_at_the_points_own_index(fn):
+    """A finish reading its event log at its last event (`sol.event_t[k]`, k a
+    point's own): each lane picks its own element."""
+    rng = np.random.default_rng(3)
+    y, p = rng.uniform(-1, 1, (3, 16)), np.arange(16.0) % 5 - 1
+    np.testing.assert_array_equal(_on_lanes(fn, y, p), _vmapped(fn, y, p))
+
+
+def test_gathers_at_indices_that_depend_on_the_point_are_refused():
     def indexed(y, p):
-        return y[jnp.asarray(p, jnp.int32)]
+        return y[jnp.stack([jnp.asarray(p, jnp.int32), 0])]
 
     function = LaneFunction(indexed, jax.ShapeDtypeStruct((3,), jnp.float64), jax.ShapeDtypeStruct((), jnp.float64))
     lanes = [jnp.zeros(16)] * 3

@@ -12,6 +12,7 @@ are installed (CI: .ci/run), and fails instead of skipping with
 ROLLSWEEP_REQUIRE_GPUCHECK=1.
 """
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -33,6 +34,7 @@ from engine.solve.kernel.backends import ENV, choose, kernel_backend
 from engine.solve.kernel.body import KernelBody
 from engine.solve.kernel.c_source import KernelUnsupported, generate, literal
 from engine.solve.kernel.host import HostKernel
+from engine.solve.kernel.stored import kernel_source
 from studies.bicycle import RESPONSE
 from studies.pingpong import STUDY as PINGPONG
 from studies.rebound import LANDING
@@ -171,6 +173,52 @@ def test_outside_model_agrees_with_the_lanes():
     np.testing.assert_array_equal(fused.num_events, lanes.num_events)
     np.testing.assert_array_equal(fused.num_steps, lanes.num_steps)
     np.testing.assert_allclose(fused.outputs["last_impact"], lanes.outputs["last_impact"], rtol=1e-13, atol=0)
+
+
+def _outside_finish(p, sol, settings):
+    """_whole_log_finish with an argmax over the log, which the kernel cannot
+    run: the finish runs outside it."""
+    from test_event_log import _whole_log_finish
+
+    result = _whole_log_finish(p, sol, settings)
+    latest = jnp.argmax(jnp.where(jnp.isfinite(sol.event_t), sol.event_t, -jnp.inf)).astype(sol.t.dtype)
+    return dataclasses.replace(result, outputs={**result.outputs, "latest": latest})
+
+
+@pytest.mark.parametrize("finish", ["inside", "outside"])
+def test_a_long_event_log_is_each_points_own(finish):
+    """The generated kernel's log is arrays written in place at each event's
+    row: a finish reading every row of every array (blank rows past a point's
+    events NaN and -1) gets the per-point solve's values, in the kernel and
+    outside it (its log's rows then the kernel's output columns)."""
+    import bouncing_ball as ball
+    from test_event_log import _logged_columns, _whole_log_finish
+
+    from engine import HybridPoint
+    from engine.study.interface import Output
+
+    settings = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=96)
+    fn = _whole_log_finish if finish == "inside" else _outside_finish
+    names = ["logged", "blank_codes", "sum_t", "sum_speed", "last"] + (["latest"] if finish == "outside" else [])
+    study = dataclasses.replace(ball.STUDY, name=f"bouncing_ball_whole_log_{finish}",
+                                outputs=tuple(Output(k, "1", k) for k in names),
+                                solve_point=HybridPoint(ball.SYSTEM, ball.STUDY.solve_point.start, fn))
+    body = KernelBody(study.solve_point, settings, [p.name for p in study.parameters], names, 1)
+    assert ("finish" in body.outside) == (finish == "outside")
+    source = kernel_source(body, None).text
+    assert (source.count("[96];"), source.count("[192];")) == (2, 1), "the log's times, codes and states as C arrays"
+    columns = _logged_columns(40)
+    fused, per_point = (_solve(study, s, columns, settings, batch=16) for s in ("fused", "vmapped"))
+    np.testing.assert_array_equal(per_point.status, Status.SUCCESS)
+    np.testing.assert_array_equal(fused.status, per_point.status)
+    np.testing.assert_array_equal(fused.num_events, per_point.num_events)
+    assert per_point.num_events.max() > 16  # past the rows the lanes keep per point
+    for name in ["logged", "blank_codes"] + (["latest"] if finish == "outside" else []):
+        np.testing.assert_array_equal(fused.outputs[name], per_point.outputs[name], err_msg=name)
+    np.testing.assert_array_equal(fused.outputs["logged"], fused.num_events)
+    np.testing.assert_array_equal(fused.outputs["blank_codes"], 96 - fused.num_events)
+    for name in ("sum_t", "sum_speed", "last"):
+        np.testing.assert_allclose(fused.outputs[name], per_point.outputs[name], rtol=1e-12, err_msg=name)
 
 
 # ---- the code generator's semantics, against jax on the same inputs
@@ -317,6 +365,72 @@ def test_while_with_carried_ints_and_bools():
     _same(f, [a], [np.float64, np.int32, np.int32, np.float64])
 
 
+def _log_loop(x, rows, branches_differ=False):
+    """An event log as the kernel carries it (engine.solve.kernel.system._EventLog):
+    arrays filled once, then in a loop the k-th entry written in place where an
+    `event` branch runs; read back one element at a time after the loop.
+    branches_differ: the quiet branch returns a fresh array, not its operand's."""
+    def cond(c):
+        return c[0][0] < 7
+
+    def body(c):
+        k, times, codes = c
+
+        def event():
+            at = jnp.minimum(k[0], rows - 1)
+            return (lax.dynamic_update_slice(times, x * (k + 1).astype(x.dtype), (at,)),
+                    lax.dynamic_update_slice(codes, k * 3 - 1, (at + 2,)))  # past the end: clamped as XLA
+
+        def quiet():
+            return (lax.full((rows,), -1.0, x.dtype) if branches_differ else times), codes
+
+        times, codes = lax.cond(jnp.max((k % 2 == 0).astype(jnp.int32)) > 0, event, quiet)
+        return k + 1, times, codes
+
+    init = (jnp.zeros((1,), jnp.int32), lax.full((rows,), jnp.nan, x.dtype), lax.full((rows,), -1, jnp.int32))
+    _, times, codes = lax.while_loop(cond, body, init)
+    return tuple(lax.slice_in_dim(times, r, r + 1) for r in range(rows)) + tuple(
+        lax.dynamic_slice(codes, (jnp.int32(r),), (1,)) for r in range(rows))
+
+
+@pytest.mark.parametrize("rows", [1, 3, 6])
+@pytest.mark.parametrize("branches_differ", [False, True], ids=["in place", "copied"])
+def test_arrays_written_in_place_through_a_loop_and_branches(rows, branches_differ):
+    x = np.array([1.5, -2.0, np.inf])
+    _same(lambda x: _log_loop(x, rows, branches_differ), [x], [np.float64] * rows + [np.int32] * rows)
+
+
+def test_arrays_are_written_in_place_without_copies():
+    """The log is one C array a loop updates in place: no element-by-element copy."""
+    source = generate(lambda x: _log_loop(x, 6), [np.float64], [np.float64] * 6 + [np.int32] * 6).text
+    assert source.count("[6];") == 2 and source.count("[q] = a") == 0
+    copied = generate(lambda x: _log_loop(x, 6, True), [np.float64], [np.float64] * 6 + [np.int32] * 6).text
+    # each branch copies its own into the branches' result, which the loop copies into its carry
+    assert copied.count("[q] = a") == 3
+
+
+def test_arrays_used_after_an_update_are_refused():
+    """An update in place would change a value still read: refused, with the reason."""
+    def read_after_write(x):
+        log = lax.full((4,), 0.0, x.dtype)
+        written = lax.dynamic_update_slice(log, x, (jnp.int32(1),))
+        return lax.slice_in_dim(written, 1, 2) + lax.slice_in_dim(log, 1, 2),
+
+    with pytest.raises(KernelUnsupported, match="read after it was written"):
+        generate(read_after_write, [np.float64], [np.float64])
+
+    def swapped(x):
+        a, b = lax.full((4,), 1.0, x.dtype), lax.full((4,), 2.0, x.dtype)
+        a, b, _ = lax.while_loop(lambda c: c[2][0] < 3, lambda c: (c[1], c[0], c[2] + 1),
+                                 (a, b, jnp.zeros((1,), jnp.int32)))
+        return lax.slice_in_dim(a, 0, 1),
+
+    with pytest.raises(KernelUnsupported, match="swaps its carried arrays"):
+        generate(swapped, [np.float64], [np.float64])
+    with pytest.raises(KernelUnsupported, match="a kernel output"):
+        generate(lambda x: (lax.full((4,), 1.0, x.dtype),), [np.float64], [np.float64])
+
+
 def test_literals_are_exact():
     assert literal(np.pi, np.float64) == "0x1.921fb54442d18p+1"
     assert literal(-0.0, np.float64) == "(-0x0.0p+0)"
@@ -342,7 +456,7 @@ def test_a_body_that_does_not_generate_falls_back_to_pallas():
         input_dtypes = [jnp.dtype(np.float64)]
         out_dtypes = [jnp.dtype(np.float64)]
 
-        def __call__(self, active, x):
+        def __call__(self, active, x, one_point=False):
             return [lax.erf_inv(x)]
 
     choice = choose(Body(), "cpu", request="host")

@@ -135,7 +135,9 @@ class KernelBody:
 
     # ---- the kernel's body (one block of lane vectors)
 
-    def __call__(self, active, *columns):
+    def __call__(self, active, *columns, one_point: bool = False):
+        """The outputs' lane vectors of a block. one_point: traced for one lane,
+        as the generated C runs it (LaneSolve's event log as arrays)."""
         dtype = self.dtype
         lanes = active.shape[0]
         columns = list(columns)
@@ -153,6 +155,7 @@ class KernelBody:
             lane_vector(begins.mode[()], jnp.int32, lanes),
             begins.args,
             lane_vector(begins.t_end[()], dtype, lanes),
+            one_point=one_point,
         )
         if self.lane_finish is None:
             return self.results.lane_vectors(solution, lanes)

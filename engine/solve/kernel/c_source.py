@@ -22,7 +22,15 @@ division by zero gives -1 and remainder by zero the dividend; integer
 add/sub/mul/neg wrap. Literals are exact (hex floats; NaN and infinities by
 their bit patterns).
 
-A value with more than one element, a dtype without a C type, or a
+Values are C scalars, except the arrays a solve writes in place (the event
+log: engine.solve.kernel.system._EventLog): a C array made by a broadcast,
+written one element at a time (`dynamic_update_slice`), read one element at
+a time (`slice`, `dynamic_slice`), and carried through loops and branches
+without a copy. Such an array is used linearly: once written, carried or
+passed on, its earlier value is never read again (checked as the C is
+written), so every update can be made in place.
+
+A value with more than one element elsewhere, a dtype without a C type, or a
 primitive without a rule is refused (KernelUnsupported, an Unfusable naming
 it): the fused solver then uses the Pallas backend.
 """
@@ -176,6 +184,8 @@ class _Emitter:
         self.lines: list[str] = []
         self.depth = 1
         self.count = 0
+        # An array's C name -> the jaxpr variable holding its current value (arrays are used linearly).
+        self.owner: dict[str, object] = {}
 
     def line(self, text: str):
         self.lines.append("  " * self.depth + text)
@@ -189,6 +199,32 @@ class _Emitter:
         self.line(f"{'' if mutable else 'const '}{c_type(dtype)} {name} = {expr};")
         return name
 
+    def array(self, dtype, size: int, fill: str | None = None) -> str:
+        """A new C array of `size` elements (filled with `fill` where given)."""
+        name = self.fresh("a")
+        self.line(f"{c_type(dtype)} {name}[{size}];")
+        if fill is not None:
+            self.line(f"for (int q = 0; q < {size}; ++q) {name}[q] = {fill};")
+        return name
+
+    def copy(self, into: str, source: str, size: int):
+        self.line(f"for (int q = 0; q < {size}; ++q) {into}[q] = {source}[q];")
+
+    def bind(self, var, atom: str):
+        """`var` now holds `atom`; an array's earlier holder may no longer be read."""
+        if _is_array(var.aval):
+            self.owner[atom] = var
+
+    def branch(self, closed, args) -> tuple[list[str], list[str]]:
+        """A jaxpr emitted one level deeper into lines of its own: (lines, output atoms)."""
+        start = len(self.lines)
+        self.depth += 1
+        outs = self.closed(closed, args)
+        self.depth -= 1
+        lines = self.lines[start:]
+        del self.lines[start:]
+        return lines, outs
+
     # ---- jaxprs
 
     def jaxpr(self, jaxpr, consts: Sequence[str], args: Sequence[str]) -> list[str]:
@@ -199,16 +235,24 @@ class _Emitter:
             env[var] = atom
         for var, atom in zip(jaxpr.invars, args, strict=True):
             env[var] = atom
+            self.bind(var, atom)
 
         def read(atom):
             if isinstance(atom, jex_core.Literal):
                 return _scalar_literal(atom.val, atom.aval.dtype, "a literal")
-            return env[atom]
+            name = env[atom]
+            if _is_array(atom.aval) and self.owner.get(name) is not atom:
+                raise KernelUnsupported("an array of the kernel body is read after it was written or passed on; "
+                                        "the C kernel updates its arrays in place")
+            return name
 
         for eqn in jaxpr.eqns:
             prim = eqn.primitive
             for v in list(eqn.invars) + list(eqn.outvars):
-                _check_scalar(v.aval, prim.name)
+                if prim in _ARRAY_RULES or prim in _CALLS:  # these take arrays (their rules check how)
+                    c_type(v.aval.dtype, f"{prim.name}'s value")
+                else:
+                    _check_scalar(v.aval, prim.name)
             ins = [read(a) for a in eqn.invars]
             rule = _RULES.get(prim)
             if rule is None:
@@ -221,13 +265,27 @@ class _Emitter:
             for var, atom in zip(eqn.outvars, outs, strict=True):
                 if not isinstance(var, jex_core.DropVar):
                     env[var] = atom
-        return [read(a) for a in jaxpr.outvars]
+                    self.bind(var, atom)
+        outs = [read(a) for a in jaxpr.outvars]
+        arrays = [atom for atom, var in zip(outs, jaxpr.outvars, strict=True) if _is_array(var.aval)]
+        if len(set(arrays)) < len(arrays):
+            raise KernelUnsupported("the kernel body returns one array twice; the C kernel updates its arrays in place")
+        return outs
 
     def closed(self, closed, args: Sequence[str]) -> list[str]:
         if isinstance(closed, jex_core.ClosedJaxpr):
             consts = [_scalar_literal(c, np.asarray(c).dtype, "a constant") for c in closed.consts]
             return self.jaxpr(closed.jaxpr, consts, args)
         return self.jaxpr(closed, [], args)
+
+
+def _is_array(aval) -> bool:
+    """Whether a value is held as a C array (more than one element)."""
+    return int(np.prod(getattr(aval, "shape", ()), dtype=int)) > 1
+
+
+def _size(aval) -> int:
+    return int(np.prod(aval.shape, dtype=int))
 
 
 def _check_scalar(aval, where):
@@ -540,20 +598,29 @@ def _call_rule(param):
 def _while(em, eqn, ins):
     """A per-thread loop: the carry lives in mutable locals; each iteration's
     new values go to fresh temporaries before the carry is assigned (a body
-    may swap its carried values)."""
+    may swap its carried values). A carried array is its initial value's C
+    array, updated in place (copied back only where the body returns another)."""
     params = eqn.params
     cond, body = params["cond_jaxpr"], params["body_jaxpr"]
     nc, nb = params["cond_nconsts"], params["body_nconsts"]
     cond_consts, body_consts, init = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
-    carry = [em.define(v.aval.dtype, atom, mutable=True) for v, atom in zip(eqn.outvars, init, strict=True)]
+    arrays = [_is_array(v.aval) for v in eqn.outvars]
+    carry = [atom if array else em.define(v.aval.dtype, atom, mutable=True)
+             for v, atom, array in zip(eqn.outvars, init, arrays, strict=True)]
     em.line("for (;;) {")
     em.depth += 1
     (pred,) = _closed_with(em, cond, list(cond_consts) + carry)
     em.line(f"if (!({pred})) break;")
     new = _closed_with(em, body, list(body_consts) + carry)
-    temps = [em.define(v.aval.dtype, atom) for v, atom in zip(eqn.outvars, new, strict=True)]
-    for name, temp in zip(carry, temps, strict=True):
-        em.line(f"{name} = {temp};")
+    temps = [None if array else em.define(v.aval.dtype, atom)
+             for v, atom, array in zip(eqn.outvars, new, arrays, strict=True)]
+    for name, temp, atom, v in zip(carry, temps, new, eqn.outvars, strict=True):
+        if temp is not None:
+            em.line(f"{name} = {temp};")
+        elif atom != name:
+            if atom in carry:
+                raise KernelUnsupported("a loop swaps its carried arrays; the C kernel updates its arrays in place")
+            em.copy(name, atom, _size(v.aval))
     em.depth -= 1
     em.line("}")
     return carry
@@ -566,14 +633,31 @@ def _closed_with(em, closed, args):
 
 
 def _cond(em, eqn, ins):
-    """An if/else-if chain; an index out of range takes the last branch (as XLA)."""
+    """An if/else-if chain; an index out of range takes the last branch (as XLA).
+
+    An array result is the array of an operand where every branch returns
+    that one (written in place, or passed through), else a new array each
+    branch copies its own into."""
     index, *operands = ins
     branches = eqn.params["branches"]
-    outs = [em.define(v.aval.dtype, literal(0, v.aval.dtype), mutable=True) for v in eqn.outvars]
+    owners = dict(em.owner)
+    emitted = []
+    for branch in branches:  # each from the same arrays, in lines of its own
+        em.owner = dict(owners)
+        emitted.append(em.branch(branch, operands))
+    outs = []
+    for j, v in enumerate(eqn.outvars):
+        results = {outs_[j] for _, outs_ in emitted}
+        if not _is_array(v.aval):
+            outs.append(em.define(v.aval.dtype, literal(0, v.aval.dtype), mutable=True))
+        elif len(results) == 1 and next(iter(results)) in operands:
+            outs.append(next(iter(results)))
+        else:
+            outs.append(em.array(v.aval.dtype, _size(v.aval)))
     if _is_bool(_in_dtype(eqn)):
         index = em.define(np.int32, f"(int32_t){index}")
     n = len(branches)
-    for k, branch in enumerate(branches):
+    for k, (lines, results) in enumerate(emitted):
         if n == 1:
             head = "{"
         elif k == 0:
@@ -583,13 +667,74 @@ def _cond(em, eqn, ins):
         else:
             head = "} else {"
         em.line(head)
+        em.lines.extend(lines)
         em.depth += 1
-        results = em.closed(branch, operands)
-        for name, atom in zip(outs, results, strict=True):
-            em.line(f"{name} = {atom};")
+        for name, atom, v in zip(outs, results, eqn.outvars, strict=True):
+            if not _is_array(v.aval):
+                em.line(f"{name} = {atom};")
+            elif name != atom:
+                em.copy(name, atom, _size(v.aval))
         em.depth -= 1
     em.line("}")
+    em.owner = {name: var for name, var in em.owner.items() if name not in operands}  # passed on, read no more
     return outs
+
+
+# ---- arrays (see the module's docstring)
+
+
+def _offset(em, shape, sizes, indices) -> str:
+    """The flat (row-major) offset of a block of `sizes` at `indices` in an
+    array of `shape`, each index clamped so the block fits (as XLA)."""
+    terms, stride = [], 1
+    for dim, size, index in reversed(list(zip(shape, sizes, indices, strict=True))):
+        if dim - size:
+            clamped = em.define(np.int64, f"(int64_t)({index}) < 0 ? 0 : ((int64_t)({index}) > {dim - size} ? "
+                                          f"{dim - size} : (int64_t)({index}))")
+            terms.append(f"{clamped} * {stride}")
+        stride *= dim
+    return " + ".join(terms) or "0"
+
+
+def _element_of(em, eqn, array, indices, what):
+    """One element of an array (at clamped `indices`), as a scalar."""
+    if _size(eqn.outvars[0].aval) != 1:
+        raise KernelUnsupported(f"{what} of several elements; the C kernel reads its arrays one element at a time")
+    shape = eqn.invars[0].aval.shape
+    return em.define(_out_dtype(eqn), f"{array}[{_offset(em, shape, (1,) * len(shape), indices)}]")
+
+
+def _broadcast(em, eqn, ins):
+    out = eqn.outvars[0].aval
+    if not _is_array(out):
+        return ins[0]
+    if _is_array(eqn.invars[0].aval):
+        raise KernelUnsupported("broadcast_in_dim of an array; the C kernel fills arrays from one value")
+    return em.array(out.dtype, _size(out), ins[0])
+
+
+def _update(em, eqn, ins):
+    """dynamic_update_slice of one element, in place."""
+    operand, update, *indices = ins
+    aval = eqn.invars[0].aval
+    if not _is_array(aval):
+        return update
+    if _is_array(eqn.invars[1].aval):
+        raise KernelUnsupported("dynamic_update_slice of several elements; the C kernel writes one at a time")
+    em.line(f"{operand}[{_offset(em, aval.shape, (1,) * len(aval.shape), indices)}] = {update};")
+    return operand
+
+
+def _slice(em, eqn, ins):
+    if not _is_array(eqn.invars[0].aval):
+        return ins[0]
+    return _element_of(em, eqn, ins[0], eqn.params["start_indices"], "a slice")
+
+
+def _dynamic_slice(em, eqn, ins):
+    if not _is_array(eqn.invars[0].aval):
+        return ins[0]
+    return _element_of(em, eqn, ins[0], ins[1:], "a dynamic_slice")
 
 
 def _rules():
@@ -609,10 +754,11 @@ def _rules():
         lax.rsqrt_p: _float_expr("{one} / sqrt{f}({0})"),
         lax.logistic_p: _float_expr("{one} / ({one} + exp{f}(-{0}))"),
         lax.while_p: _while, lax.cond_p: _cond,
+        lax.broadcast_in_dim_p: _broadcast, lax.dynamic_update_slice_p: _update, lax.slice_p: _slice,
+        lax.dynamic_slice_p: _dynamic_slice,
         # one element: the shape operations and reductions over the lane axis are identities
-        lax.broadcast_in_dim_p: _identity, lax.reshape_p: _identity, lax.squeeze_p: _identity,
-        lax.transpose_p: _identity, lax.rev_p: _identity, lax.slice_p: _identity,
-        lax.dynamic_slice_p: _identity, lax.copy_p: _identity, lax.concatenate_p: _identity,
+        lax.reshape_p: _identity, lax.squeeze_p: _identity,
+        lax.transpose_p: _identity, lax.rev_p: _identity, lax.copy_p: _identity, lax.concatenate_p: _identity,
         lax.reduce_max_p: _identity, lax.reduce_min_p: _identity, lax.reduce_sum_p: _identity,
         lax.reduce_prod_p: _identity, lax.reduce_and_p: _identity, lax.reduce_or_p: _identity,
         lax.reduce_xor_p: _identity,
@@ -633,6 +779,9 @@ def _rules():
 
 
 _RULES = _rules()
+# The rules that take arrays (engine.solve.kernel.system._EventLog's), each checking how.
+_ARRAY_RULES = {lax.while_p, lax.cond_p, lax.broadcast_in_dim_p, lax.dynamic_update_slice_p, lax.slice_p,
+                lax.dynamic_slice_p, lax.reshape_p, lax.squeeze_p}
 
 
 # ---- the whole source
@@ -649,6 +798,8 @@ def from_jaxpr(closed, in_dtypes: Sequence, out_dtypes: Sequence) -> KernelSourc
     for var in closed.jaxpr.invars:
         _check_scalar(var.aval, "a kernel input")
     outs = em.jaxpr(closed.jaxpr, consts, args)
+    for var in closed.jaxpr.outvars:
+        _check_scalar(var.aval, "a kernel output")
     if len(outs) != len(out_types):
         raise ValueError(f"the kernel body returns {len(outs)} values for {len(out_types)} outputs")
     for i, (atom, var, t) in enumerate(zip(outs, closed.jaxpr.outvars, out_types, strict=True)):

@@ -14,7 +14,8 @@ trace time; what reaches the kernel is elementwise arithmetic on lane vectors.
 Constants of the point function stay Python/numpy scalars, folded at trace
 time where all operands are constants (a kernel may not capture array
 constants). Gathers and scatters need constant indices (the studies' indices
-are); loops inside the point function are not supported. A matrix product
+are); a dynamic slice may be at the point's own index (a select per row).
+Loops inside the point function are not supported. A matrix product
 of a point's small arrays (`A @ y`, `jnp.einsum`) is expanded into sums of
 products of elements, which suits the few components of a point's state.
 """
@@ -364,13 +365,51 @@ def _slice(ins, avals, params, eqn):
                                                            strict=True))]
 
 
+# The most elements a dynamic slice at a point's own index may choose among
+# (its candidate starts times its size): each element of the slice is a chain
+# of that many selects.
+_DYNAMIC_SLICE_CHOICES = 1 << 16
+
+
 def _dynamic_slice(ins, avals, params, eqn):
-    x, starts = ins[0], [_constant_indices(i, "a dynamic slice") for i in ins[1:]]
-    sizes = params["slice_sizes"]
-    starts = [int(np.clip(s, 0, d - n)) for s, d, n in zip(starts, x.shape, sizes, strict=True)]
-    return x[tuple(slice(s, s + n) for s, n in zip(starts, sizes, strict=True))].copy()
+    """x[start:start + size] on each axis, starts clamped as XLA's. A start
+    that depends on the point (a finish reading its event log at its last
+    event: `sol.event_t[sol.num_events - 1]`) picks, lane by lane, among every
+    start the axis allows: a tree of selects, halving the candidates at each
+    level (one select a candidate, a chain only as long as their bits)."""
+    x, sizes = ins[0], params["slice_sizes"]
+    starts = []
+    for index, dim, size in zip(ins[1:], x.shape, sizes, strict=True):
+        start = index.reshape(-1)[0]
+        starts.append(int(np.clip(start, 0, dim - size)) if is_constant(start) else jnp.clip(start, 0, dim - size))
+    choices = int(np.prod([dim - size + 1 for s, dim, size in zip(starts, x.shape, sizes, strict=True)
+                           if not isinstance(s, int)])) * int(np.prod(sizes))
+    if choices > _DYNAMIC_SLICE_CHOICES:
+        raise Unfusable(f"a dynamic slice of {tuple(sizes)} at indices that depend on the point, in an array of "
+                        f"{x.shape}: too many elements to choose among in the kernel")
+    dtype = eqn.outvars[0].aval.dtype
 
+    def pick(axis, fixed):
+        """The slice with the starts of axes before `axis` fixed (lane vectors chosen among)."""
+        if axis == x.ndim:
+            return x[tuple(slice(s, s + n) for s, n in zip(fixed, sizes, strict=True))]
+        start = starts[axis]
+        if isinstance(start, int):
+            return pick(axis + 1, fixed + [start])
 
+        def between(lo, hi):  # the slice for a start in [lo, hi)
+            if hi - lo == 1:
+                return pick(axis + 1, fixed + [lo])
+            mid = (lo + hi) // 2
+            low, high, below = between(lo, mid), between(mid, hi), start < mid
+            out = np.empty(low.shape, object)
+            for index in np.ndindex(low.shape):
+                out[index] = jnp.where(below, low[index], high[index]).astype(dtype)
+            return out
+
+        return between(0, x.shape[axis] - sizes[axis] + 1)
+
+    return pick(0, []).copy()
 def _dynamic_update_slice(ins, avals, params, eqn):
     x, update, starts = ins[0].copy(), ins[1], [_constant_indices(i, "a dynamic update") for i in ins[2:]]
     starts = [int(np.clip(s, 0, d - n)) for s, d, n in zip(starts, x.shape, update.shape, strict=True)]

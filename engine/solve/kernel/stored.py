@@ -15,6 +15,7 @@ A file that cannot be read or does not fit is made again; with the cache off
 ($ROLLSWEEP_CACHE empty) nothing is stored.
 """
 
+import functools
 import json
 import pathlib
 
@@ -77,6 +78,6 @@ def kernel_source(body, key: str | None) -> KernelSource:
     found = load(key, "c.json")
     if isinstance(found, dict) and {k: found.get(k) for k in names} == names and isinstance(found.get("text"), str):
         return KernelSource.of(found["text"], in_dtypes, out_dtypes)
-    source = generate(body, in_dtypes, out_dtypes)
+    source = generate(functools.partial(body, one_point=True), in_dtypes, out_dtypes)
     store(key, "c.json", {**names, "text": source.text})
     return source

@@ -69,6 +69,67 @@ def _any(vectors):
     return functools.reduce(jnp.logical_or, vectors)
 
 
+class _EventLog:
+    """A block's event log as the loop carries it: its arrays (EVENT_LOG) of
+    `rows` rows each, the state's rows of n_state components.
+
+    On a block of lanes (Pallas), a list of lane vectors a row, and the k-th
+    event written by a select on every row (per lane, k differs). Traced for
+    one point (one_point: the generated C, one thread a point), arrays written
+    in place at the event's own row: no work and no carried copy per step
+    proportional to the rows (a log of 1,024 rows read by the finish made the
+    generated C's every step copy 5,000 values). The rows are then read out
+    once, after the loop, as lane vectors (what the finish reads)."""
+
+    def __init__(self, rows: dict, n_state: int, dtype, lanes: int, one_point: bool):
+        self.rows, self.n_state, self.dtype, self.lanes, self.arrays = rows, n_state, dtype, lanes, one_point
+
+    def _row_of(self, name, events):
+        """The row an event takes: its index, the last row once they are full."""
+        return jnp.minimum(events, self.rows[name] - 1)
+
+    def blank(self):
+        """The log before any event: NaN times and states, code -1."""
+        rows, n = self.rows, self.n_state
+        if self.arrays:
+            return (jax.lax.full((rows["event_t"],), jnp.nan, self.dtype),
+                    jax.lax.full((rows["event_code"],), -1, jnp.int32),
+                    jax.lax.full((rows["event_y"], n), jnp.nan, self.dtype))
+        nan, none = jnp.full((self.lanes,), jnp.nan, self.dtype), jnp.full((self.lanes,), -1, jnp.int32)
+        return ([nan] * rows["event_t"], [none] * rows["event_code"], [[nan] * n for _ in range(rows["event_y"])])
+
+    def record(self, log, located, events, t, code, y):
+        """The log with the event of each lane where `located` (its events-th) written."""
+        event_t, event_code, event_y = log
+        if self.arrays:  # one lane, and this runs only where it located its event
+            at = jax.lax.dynamic_update_slice
+            row = functools.partial(self._row_of, events=events[0])
+            y_row = row("event_y")
+            for j, value in enumerate(y):
+                event_y = at(event_y, value.reshape(1, 1), (y_row, jnp.int32(j)))
+            return (at(event_t, t, (row("event_t"),)), at(event_code, code, (row("event_code"),)), event_y)
+
+        def where(name):
+            k = self._row_of(name, events)
+            return [located & (k == r) for r in range(self.rows[name])]
+
+        return ([jnp.where(w, t, v) for w, v in zip(where("event_t"), event_t, strict=True)],
+                [jnp.where(w, code, v) for w, v in zip(where("event_code"), event_code, strict=True)],
+                [[jnp.where(w, a, b) for a, b in zip(y, row, strict=True)]
+                 for w, row in zip(where("event_y"), event_y, strict=True)])
+
+    def rows_of(self, log):
+        """The log's rows as lane vectors: (event_t, event_code, event_y rows of n_state)."""
+        if not self.arrays:
+            return log
+        event_t, event_code, event_y = log
+        one = jax.lax.slice_in_dim
+        return ([one(event_t, r, r + 1) for r in range(self.rows["event_t"])],
+                [one(event_code, r, r + 1) for r in range(self.rows["event_code"])],
+                [[jax.lax.slice(event_y, (r, j), (r + 1, j + 1)).reshape(1) for j in range(self.n_state)]
+                 for r in range(self.rows["event_y"])])
+
+
 class LaneSolve:
     """The hybrid solve of `system` on a block's lanes, for states of n_state
     components and the system's arguments shaped as `args` (a pytree of
@@ -183,26 +244,30 @@ class LaneSolve:
 
     # ---- the loop
 
-    def __call__(self, active, y0, mode0, args, horizon) -> HybridSolution:
+    def __call__(self, active, y0, mode0, args, horizon, one_point: bool = False) -> HybridSolution:
         """Solve every active lane (active: a boolean lane vector) from its
         start: y0 (n_state lane vectors), mode0 and horizon (lane vectors),
         args (the arguments' pytree, leaves object arrays of lane vectors and
         constants). Returns the lanes' solutions, each field an object array
-        of lane vectors."""
+        of lane vectors.
+
+        one_point: traced for one lane as the generated C (one thread a
+        point) runs it, with the event log held as arrays (see _EventLog)."""
         dtype = self.dtype
         lanes = active.shape[0]
+        if one_point and lanes != 1:
+            raise ValueError(f"a solve traced for one point has one lane, not {lanes}")
+        log = _EventLog(self.rows, self.n_state, dtype, lanes, one_point)
         t0 = jnp.zeros((lanes,), dtype)
         f0, g0, dg0, h0 = self.segment_start(t0, y0, mode0, args, horizon)
 
         def full(value, dt):
             return jnp.full((lanes,), value, dt)
 
-        nan, zero = full(jnp.nan, dtype), full(0, jnp.int32)
+        zero = full(0, jnp.int32)
         init = dict(
             t=t0, y=y0, f=f0, g=g0, dg=dg0, mode=mode0, h=h0, steps=zero, segment_steps=zero,
-            status=full(int(Status.PENDING), jnp.int32), events=zero,
-            event_t=[nan] * self.rows["event_t"], event_code=[full(-1, jnp.int32)] * self.rows["event_code"],
-            event_y=[[nan] * self.n_state for _ in range(self.rows["event_y"])],
+            status=full(int(Status.PENDING), jnp.int32), events=zero, log=log.blank(),
             locating=full(False, bool), span=t0, code=zero, lo=t0, hi=t0, dt=t0, nudge=t0,
             creeping=full(False, bool), tries=zero,
         )
@@ -210,18 +275,19 @@ class LaneSolve:
         def running(s):
             return backend.any_lane((s["status"] == Status.PENDING) & active)
 
-        final = jax.lax.while_loop(running, functools.partial(self.iteration, active, args, horizon), init)
+        final = jax.lax.while_loop(running, functools.partial(self.iteration, active, args, horizon, log), init)
+        event_t, event_code, event_y = log.rows_of(final["log"])
         solution = HybridSolution(
             t=from_list([final["t"]], ()), y=from_list(final["y"], (self.n_state,)),
             mode=from_list([final["mode"]], ()),
             status=from_list([final["status"]], ()), num_steps=from_list([final["steps"]], ()),
-            num_events=from_list([final["events"]], ()), event_t=from_list(final["event_t"], (self.rows["event_t"],)),
-            event_y=from_list([v for row in final["event_y"] for v in row], (self.rows["event_y"], self.n_state)),
-            event_code=from_list(final["event_code"], (self.rows["event_code"],)),
+            num_events=from_list([final["events"]], ()), event_t=from_list(event_t, (self.rows["event_t"],)),
+            event_y=from_list([v for row in event_y for v in row], (self.rows["event_y"], self.n_state)),
+            event_code=from_list(event_code, (self.rows["event_code"],)),
         )
         return solution
 
-    def iteration(self, active, args, horizon, s):
+    def iteration(self, active, args, horizon, log, s):
         """One Runge-Kutta step of every running lane: a regular adaptive step, or
         a re-step of a lane locating a crossing (the rules of lanes.py: a step that
         crossed a condition parks the lane to locate it; its Newton re-steps)."""
@@ -292,27 +358,15 @@ class LaneSolve:
         # ---- the event: recorded, then the solve ends or goes on in the next mode.
         # Its work (targets, resets, the next segment's start, the event log's
         # row) is done only in an iteration where some lane located a crossing:
-        # one point a thread (the generated C), only at its own events. Every
-        # step wrote every row of the log (a select each), which made a study
-        # that reads a log of 512 rows 4.6x slower (the bouncing ball, host C).
-        log = (s["event_t"], s["event_code"], s["event_y"])
-
-        def logged(name):
-            """Where each row of the array `name` takes this event (its k-th)."""
-            k = jnp.minimum(s["events"], self.rows[name] - 1)
-            return [located & (k == r) for r in range(self.rows[name])]
-
+        # one point a thread (the generated C), only at its own events.
         def fired():
-            written = ([jnp.where(w, t1, v) for w, v in zip(logged("event_t"), s["event_t"], strict=True)],
-                       [jnp.where(w, code, v) for w, v in zip(logged("event_code"), s["event_code"], strict=True)],
-                       [[jnp.where(w, a, b) for a, b in zip(y1, row, strict=True)]
-                        for w, row in zip(logged("event_y"), s["event_y"], strict=True)])
-            return self.event(code, t1, y1, mode, args, horizon) + (written,)
+            return self.event(code, t1, y1, mode, args, horizon) + (
+                log.record(s["log"], located, s["events"], t1, code, y1),)
 
         def quiet():
-            return (jnp.full_like(mode, -1), y1, mode, f1, g1, dg1, s["h"], log)
+            return (jnp.full_like(mode, -1), y1, mode, f1, g1, dg1, s["h"], s["log"])
 
-        target, y_next, next_mode, f_next, g_next, dg_next, h_first, log = jax.lax.cond(
+        target, y_next, next_mode, f_next, g_next, dg_next, h_first, written = jax.lax.cond(
             backend.any_lane(located), fired, quiet)
         reset_finite = _all([jnp.isfinite(v) for v in y_next])
         goes_on = located & (target >= 0) & reset_finite & (s["events"] + 1 < settings.max_segments)
@@ -343,9 +397,7 @@ class LaneSolve:
             segment_steps=jnp.where(goes_on, 0, segment_steps),
             status=status,
             events=s["events"] + located,
-            event_t=log[0],
-            event_code=log[1],
-            event_y=log[2],
+            log=written,
             locating=(s["locating"] & ~located & ~lost) | detect,
             span=jnp.where(detect, parked_span, jnp.where(switch, dt, s["span"])),
             code=jnp.where(detect, first, jnp.where(switch, other, code)),
