@@ -201,6 +201,15 @@ def test_a_slice_at_the_points_own_index(fn):
     np.testing.assert_array_equal(_on_lanes(fn, y, p), _vmapped(fn, y, p))
 
 
+def test_a_narrow_index_into_a_long_axis():
+    """An int8 index compared with row 150 of 300: widened first, not wrapped."""
+    def fn(y, p):
+        return jax.lax.dynamic_slice(y, (jnp.asarray(p, jnp.int8),), (1,))
+
+    y, p = np.random.default_rng(4).uniform(-1, 1, (300, 16)), np.arange(16.0) * 9 - 20
+    np.testing.assert_array_equal(_on_lanes(fn, y, p), _vmapped(fn, y, p))
+
+
 def test_gathers_at_indices_that_depend_on_the_point_are_refused():
     def indexed(y, p):
         return y[jnp.stack([jnp.asarray(p, jnp.int32), 0])]

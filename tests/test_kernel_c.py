@@ -431,6 +431,75 @@ def test_arrays_used_after_an_update_are_refused():
         generate(lambda x: (lax.full((4,), 1.0, x.dtype),), [np.float64], [np.float64])
 
 
+def _written(a, x, at=1):
+    return lax.dynamic_update_slice(a, x, (jnp.int32(at),))
+
+
+def _first(a):
+    return lax.slice_in_dim(a, 0, 1)
+
+
+def _outside_array_written_in_a_loop(x):
+    """jax writes the outside array afresh in each iteration: 1 x, not 3."""
+    outside = lax.full((4,), 0.0, x.dtype)
+
+    def body(c):
+        return c[0] + 1, c[1] + _first(_written(outside, x, 0))
+
+    return lax.while_loop(lambda c: c[0][0] < 3, body, (jnp.zeros((1,), jnp.int32), x * 0))[1],
+
+
+def _condition_writes_its_carry(x):
+    def cond(c):
+        return (c[0][0] < 2) & (_first(_written(c[1], x, 0))[0] > 0)
+
+    def body(c):
+        return c[0] + 1, c[1], c[2] + _first(c[1])
+
+    start = (jnp.zeros((1,), jnp.int32), lax.full((4,), 0.0, x.dtype), x * 0)
+    return lax.while_loop(cond, body, start)[2],
+
+
+def _two_carries_one_array(x):
+    log = lax.full((4,), 0.0, x.dtype)
+
+    def body(c):
+        return c[0] + 1, lax.full((4,), 5.0, x.dtype), _written(c[2], x, 0)
+
+    return _first(lax.while_loop(lambda c: c[0][0] < 2, body, (jnp.zeros((1,), jnp.int32), log, log))[2]),
+
+
+def _transposing_reshape(x):
+    table = _written(lax.full((6,), 0.0, x.dtype), x).reshape(2, 3)
+    return lax.slice_in_dim(lax.reshape(table, (6,), dimensions=(1, 0)), 2, 3),
+
+
+@pytest.mark.parametrize("fn, reason", [
+    (_outside_array_written_in_a_loop, "defined outside it"),
+    (_condition_writes_its_carry, "condition writes"),
+    (_two_carries_one_array, "one array twice"),
+    (_transposing_reshape, "transposes"),
+], ids=lambda v: v.__name__.strip("_") if callable(v) else None)
+def test_array_uses_an_in_place_update_would_get_wrong_are_refused(fn, reason):
+    """Each gives jax's values only with copies: refused, naming why (Pallas then runs it)."""
+    with pytest.raises(KernelUnsupported, match=reason):
+        generate(fn, [np.float64], [np.float64])
+    x = np.array([3.0])
+    _reference(fn, [x])  # jax itself takes each
+
+
+def test_an_unsigned_index_past_the_end_is_the_last_row():
+    """XLA clamps an index to the array: an unsigned one past int64's range too."""
+    at = np.array([0, 2, 7, 2**63 + 5, 2**64 - 1], np.uint64)
+    x = np.arange(5.0)
+
+    def f(at, x):
+        log = lax.dynamic_update_slice(lax.full((3,), -1.0, x.dtype), x, (at[0],))
+        return tuple(lax.slice_in_dim(log, r, r + 1) for r in range(3)) + (lax.dynamic_slice(log, (at[0],), (1,)),)
+
+    _same(f, [at, x], [np.float64] * 4)
+
+
 def test_literals_are_exact():
     assert literal(np.pi, np.float64) == "0x1.921fb54442d18p+1"
     assert literal(-0.0, np.float64) == "(-0x0.0p+0)"
@@ -478,17 +547,26 @@ def _nvrtc_or_skip():
         pytest.skip(f"cuda-python (cuda.bindings) with NVRTC is not installed: {type(error).__name__}: {error}")
 
 
+def _logged_ball():
+    import bouncing_ball as ball
+
+    return ball.LOGGED
+
+
 @pytest.mark.parametrize("study, settings", [
     (PINGPONG, SolverSettings()), (LANDING, SolverSettings()), (RESPONSE, RESPONSE_SETTINGS), (NATURAL, SETTINGS),
+    (_logged_ball(), SolverSettings(rtol=1e-10, atol=1e-12, max_segments=1024)),
 ], ids=lambda s: getattr(s, "name", ""))
 def test_cuda_source_compiles_with_nvrtc(study, settings):
+    """The source the CUDA backend compiles (kernel_source: the event log as
+    arrays), a log of 1,024 rows read in the kernel among them."""
     _nvrtc_or_skip()
     from engine.solve.kernel.cuda import compile_cubin
 
     with float64_here():
         body = KernelBody(study.solve_point, settings, [p.name for p in study.parameters],
                      tuple(o.name for o in study.outputs), 1)
-    source = generate(body, [np.int32] + list(body.input_dtypes), body.out_dtypes)
+    source = kernel_source(body, None)
     cubin = compile_cubin(source, "sm_90")
     assert cubin[:4] == b"\x7fELF"
 

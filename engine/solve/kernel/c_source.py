@@ -605,13 +605,21 @@ def _while(em, eqn, ins):
     nc, nb = params["cond_nconsts"], params["body_nconsts"]
     cond_consts, body_consts, init = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
     arrays = [_is_array(v.aval) for v in eqn.outvars]
+    carried = [atom for atom, array in zip(init, arrays, strict=True) if array]
+    if len(set(carried)) < len(carried):
+        raise KernelUnsupported("a loop carries one array twice; the C kernel updates its arrays in place")
     carry = [atom if array else em.define(v.aval.dtype, atom, mutable=True)
              for v, atom, array in zip(eqn.outvars, init, arrays, strict=True)]
     em.line("for (;;) {")
     em.depth += 1
     (pred,) = _closed_with(em, cond, list(cond_consts) + carry)
+    # The condition only reads: every array it was given still holds its value
+    # (each iteration's body then reads its carry as the condition saw it).
+    _still_owned(em, cond, list(cond_consts) + carry, "a loop's condition writes or passes on an array")
     em.line(f"if (!({pred})) break;")
     new = _closed_with(em, body, list(body_consts) + carry)
+    # An array from outside the loop is the same in every iteration: its body only reads it.
+    _still_owned(em, body, list(body_consts), "a loop writes or passes on an array defined outside it")
     temps = [None if array else em.define(v.aval.dtype, atom)
              for v, atom, array in zip(eqn.outvars, new, arrays, strict=True)]
     for name, temp, atom, v in zip(carry, temps, new, eqn.outvars, strict=True):
@@ -624,6 +632,14 @@ def _while(em, eqn, ins):
     em.depth -= 1
     em.line("}")
     return carry
+
+
+def _still_owned(em, closed, args, what: str):
+    """Refuse (`what`) where a jaxpr emitted with `args` changed an array it was given."""
+    jaxpr = closed.jaxpr if isinstance(closed, jex_core.ClosedJaxpr) else closed
+    for var, atom in zip(jaxpr.invars, args, strict=False):  # args: its leading invars'
+        if _is_array(var.aval) and em.owner.get(atom) is not var:
+            raise KernelUnsupported(f"{what}; the C kernel updates its arrays in place")
 
 
 def _closed_with(em, closed, args):
@@ -683,25 +699,30 @@ def _cond(em, eqn, ins):
 # ---- arrays (see the module's docstring)
 
 
-def _offset(em, shape, sizes, indices) -> str:
-    """The flat (row-major) offset of a block of `sizes` at `indices` in an
-    array of `shape`, each index clamped so the block fits (as XLA)."""
+def _offset(em, shape, sizes, indices, dtypes=None) -> str:
+    """The flat (row-major) offset of a block of `sizes` at `indices` (of
+    `dtypes`; None: signed) in an array of `shape`, each index clamped so the
+    block fits (as XLA: an unsigned index past the end is the last)."""
     terms, stride = [], 1
-    for dim, size, index in reversed(list(zip(shape, sizes, indices, strict=True))):
-        if dim - size:
-            clamped = em.define(np.int64, f"(int64_t)({index}) < 0 ? 0 : ((int64_t)({index}) > {dim - size} ? "
-                                          f"{dim - size} : (int64_t)({index}))")
-            terms.append(f"{clamped} * {stride}")
+    dtypes = dtypes or [None] * len(shape)
+    for dim, size, index, dtype in reversed(list(zip(shape, sizes, indices, dtypes, strict=True))):
+        last = dim - size
+        if last:
+            if dtype is not None and np.issubdtype(dtype, np.unsignedinteger):
+                expr = f"(uint64_t)({index}) > (uint64_t){last} ? {last} : (int64_t)({index})"
+            else:
+                expr = f"(int64_t)({index}) < 0 ? 0 : ((int64_t)({index}) > {last} ? {last} : (int64_t)({index}))"
+            terms.append(f"{em.define(np.int64, expr)} * {stride}")
         stride *= dim
     return " + ".join(terms) or "0"
 
 
-def _element_of(em, eqn, array, indices, what):
+def _element_of(em, eqn, array, indices, what, dtypes=None):
     """One element of an array (at clamped `indices`), as a scalar."""
     if _size(eqn.outvars[0].aval) != 1:
         raise KernelUnsupported(f"{what} of several elements; the C kernel reads its arrays one element at a time")
     shape = eqn.invars[0].aval.shape
-    return em.define(_out_dtype(eqn), f"{array}[{_offset(em, shape, (1,) * len(shape), indices)}]")
+    return em.define(_out_dtype(eqn), f"{array}[{_offset(em, shape, (1,) * len(shape), indices, dtypes)}]")
 
 
 def _broadcast(em, eqn, ins):
@@ -721,7 +742,8 @@ def _update(em, eqn, ins):
         return update
     if _is_array(eqn.invars[1].aval):
         raise KernelUnsupported("dynamic_update_slice of several elements; the C kernel writes one at a time")
-    em.line(f"{operand}[{_offset(em, aval.shape, (1,) * len(aval.shape), indices)}] = {update};")
+    dtypes = [v.aval.dtype for v in eqn.invars[2:]]
+    em.line(f"{operand}[{_offset(em, aval.shape, (1,) * len(aval.shape), indices, dtypes)}] = {update};")
     return operand
 
 
@@ -734,7 +756,14 @@ def _slice(em, eqn, ins):
 def _dynamic_slice(em, eqn, ins):
     if not _is_array(eqn.invars[0].aval):
         return ins[0]
-    return _element_of(em, eqn, ins[0], ins[1:], "a dynamic_slice")
+    return _element_of(em, eqn, ins[0], ins[1:], "a dynamic_slice", [v.aval.dtype for v in eqn.invars[1:]])
+
+
+def _reshape(em, eqn, ins):
+    """One element, or an array's same elements in the same (row-major) order."""
+    if _is_array(eqn.invars[0].aval) and eqn.params.get("dimensions") is not None:
+        raise KernelUnsupported("a reshape that transposes an array; the C kernel keeps arrays in row-major order")
+    return ins[0]
 
 
 def _rules():
@@ -757,7 +786,7 @@ def _rules():
         lax.broadcast_in_dim_p: _broadcast, lax.dynamic_update_slice_p: _update, lax.slice_p: _slice,
         lax.dynamic_slice_p: _dynamic_slice,
         # one element: the shape operations and reductions over the lane axis are identities
-        lax.reshape_p: _identity, lax.squeeze_p: _identity,
+        lax.reshape_p: _reshape, lax.squeeze_p: _identity,
         lax.transpose_p: _identity, lax.rev_p: _identity, lax.copy_p: _identity, lax.concatenate_p: _identity,
         lax.reduce_max_p: _identity, lax.reduce_min_p: _identity, lax.reduce_sum_p: _identity,
         lax.reduce_prod_p: _identity, lax.reduce_and_p: _identity, lax.reduce_or_p: _identity,

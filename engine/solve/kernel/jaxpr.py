@@ -381,6 +381,8 @@ def _dynamic_slice(ins, avals, params, eqn):
     starts = []
     for index, dim, size in zip(ins[1:], x.shape, sizes, strict=True):
         start = index.reshape(-1)[0]
+        if not is_constant(start) and jnp.iinfo(start.dtype).max < dim:  # an int8 index compared with 150: widened
+            start = start.astype(jnp.int32)
         starts.append(int(np.clip(start, 0, dim - size)) if is_constant(start) else jnp.clip(start, 0, dim - size))
     choices = int(np.prod([dim - size + 1 for s, dim, size in zip(starts, x.shape, sizes, strict=True)
                            if not isinstance(s, int)])) * int(np.prod(sizes))
@@ -410,6 +412,8 @@ def _dynamic_slice(ins, avals, params, eqn):
         return between(0, x.shape[axis] - sizes[axis] + 1)
 
     return pick(0, []).copy()
+
+
 def _dynamic_update_slice(ins, avals, params, eqn):
     x, update, starts = ins[0].copy(), ins[1], [_constant_indices(i, "a dynamic update") for i in ins[2:]]
     starts = [int(np.clip(s, 0, d - n)) for s, d, n in zip(starts, x.shape, update.shape, strict=True)]
