@@ -637,7 +637,7 @@ def _while(em, eqn, ins):
 def _still_owned(em, closed, args, what: str):
     """Refuse (`what`) where a jaxpr emitted with `args` changed an array it was given."""
     jaxpr = closed.jaxpr if isinstance(closed, jex_core.ClosedJaxpr) else closed
-    for var, atom in zip(jaxpr.invars, args, strict=False):  # args: its leading invars'
+    for var, atom in zip(jaxpr.invars, args, strict=False):  # args: its leading invars
         if _is_array(var.aval) and em.owner.get(atom) is not var:
             raise KernelUnsupported(f"{what}; the C kernel updates its arrays in place")
 
