@@ -108,6 +108,31 @@ sys.exit(commands.main(["run", {str(config)!r}, "--workers", "1", "--quiet"]))
     assert done.stderr.strip().splitlines()[-1] == "rollsweep: interrupted; run the same command again to resume"
 
 
+def test_a_stop_is_raised_once_while_it_unwinds(monkeypatch):
+    """A stop on its way out of the command (its clean-up running) is not
+    raised again: the clean-up ends, and the command's one stop reaches main."""
+    import os
+    import signal
+    import time
+
+    from engine.cli import commands
+
+    cleaned = []
+
+    def command(argv, freeze=False):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the stop is raised here
+        finally:
+            time.sleep(0.6)  # a clean-up longer than a resend's period would be
+            cleaned.append(True)
+
+    monkeypatch.setattr(commands, "_main", command)
+    with pytest.raises(commands.Terminated):
+        commands.main(["studies"])
+    assert cleaned == [True]
+
+
 def test_ctrl_c_left_ignored_where_the_shell_ignores_it(monkeypatch):
     """A background job's SIGINT, ignored by its shell, stays ignored while a
     command runs, and every handler is given back after it."""

@@ -329,10 +329,10 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (a job scheduler's or `kill`'s stop), handled as Ctrl-C is."""
 
 
-# A stop (SIGTERM, Ctrl-C) not yet taken by the command is sent again this often (see main).
-RESEND_SECONDS = 0.2
-# Set where the command takes an interrupt: no stop is sent or raised again.
+# Set where the command takes an interrupt: no stop is raised or sent again.
 _interrupt_taken = threading.Event()
+# A stop that Python dropped is sent again this much later (see main).
+RESEND_AFTER = 0.05
 
 
 def entry(argv=None) -> int:
@@ -394,40 +394,42 @@ def main(argv=None, freeze: bool = False) -> int:
 
     A signal's exception is raised wherever the main thread happens to be, and
     Python prints and drops one raised in a garbage collector's callback (JAX
-    has one) or a __del__: the run then went on, to its end. So until the
-    command has taken the stop, a thread sends the signal again every
-    RESEND_SECONDS. Ctrl-C is handled so only where Python's own handler has
-    it (a shell that ignores it for a background job keeps it ignored)."""
+    has one) or a __del__ (sys.unraisablehook): the run then went on, to its
+    end. So a stop dropped there is sent again (once the command has taken a
+    stop, no other is raised: its clean-up is not cut short). Ctrl-C is handled
+    so only where Python's own handler has it (a shell that ignores it for a
+    background job keeps it ignored)."""
     if threading.current_thread() is not threading.main_thread():  # signals go to the main thread only
         return _main(argv, freeze)
     _interrupt_taken.clear()
-    resending = []
 
     def stop(signum, frame):
-        if _interrupt_taken.is_set():  # a resend late for a command that has already stopped
+        if _interrupt_taken.is_set():  # a stop sent again, late for a command that has already stopped
             return
-        if not resending:
-            resending.append(threading.Thread(target=_resend, args=(signum,), daemon=True, name="rollsweep-stop"))
-            resending[0].start()
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    def dropped(unraisable):
+        previous_hook(unraisable)  # printed, as Python does
+        kind = unraisable.exc_type
+        if kind is not None and issubclass(kind, KeyboardInterrupt) and not _interrupt_taken.is_set():
+            # Sent from a thread a moment later: sent from here, it would be raised here, and dropped again.
+            signum = signal.SIGTERM if issubclass(kind, Terminated) else signal.SIGINT
+            resend = threading.Timer(RESEND_AFTER, os.kill, (os.getpid(), signum))
+            resend.daemon = True
+            resend.start()
 
     handled = [signal.SIGTERM]
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         handled.append(signal.SIGINT)
     previous = {signum: signal.signal(signum, stop) for signum in handled}
+    previous_hook, sys.unraisablehook = sys.unraisablehook, dropped
     try:
         return _main(argv, freeze)
     finally:
         _interrupt_taken.set()
-        for thread in resending:
-            thread.join()
+        sys.unraisablehook = previous_hook
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-
-
-def _resend(signum: int):
-    while not _interrupt_taken.wait(RESEND_SECONDS):
-        os.kill(os.getpid(), signum)
 
 
 def _import_command(module: str, args):
