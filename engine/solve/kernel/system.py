@@ -69,65 +69,76 @@ def _any(vectors):
     return functools.reduce(jnp.logical_or, vectors)
 
 
+# An array of the event log longer than this many rows is a C array in the
+# generated kernel (see _EventLog); a shorter one stays scalars, which a GPU
+# keeps in registers (the H100 figures of the shipped studies, whose logs
+# have at most 8 rows, were measured so).
+SCALAR_LOG_ROWS = 16
+
+
 class _EventLog:
     """A block's event log as the loop carries it: its arrays (EVENT_LOG) of
     `rows` rows each, the state's rows of n_state components.
 
     On a block of lanes (Pallas), a list of lane vectors a row, and the k-th
     event written by a select on every row (per lane, k differs). Traced for
-    one point (one_point: the generated C, one thread a point), arrays written
-    in place at the event's own row: no work and no carried copy per step
-    proportional to the rows (a log of 1,024 rows read by the finish made the
-    generated C's every step copy 5,000 values). The rows are then read out
-    once, after the loop, as lane vectors (what the finish reads)."""
+    one point (one_point: the generated C, one thread a point), an array of
+    more than SCALAR_LOG_ROWS rows is written in place at the event's own row:
+    no work and no carried copy per step proportional to its rows (a log of
+    1,024 rows carried as scalars did not even compile). Its rows are then
+    read out once, after the loop, as lane vectors (what the finish reads)."""
 
     def __init__(self, rows: dict, n_state: int, dtype, lanes: int, one_point: bool):
-        self.rows, self.n_state, self.dtype, self.lanes, self.arrays = rows, n_state, dtype, lanes, one_point
+        self.rows, self.n_state, self.dtype, self.lanes = rows, n_state, dtype, lanes
+        self.arrays = {name: one_point and count > SCALAR_LOG_ROWS for name, count in rows.items()}
 
     def _row_of(self, name, events):
         """The row an event takes: its index, the last row once they are full."""
         return jnp.minimum(events, self.rows[name] - 1)
 
     def blank(self):
-        """The log before any event: NaN times and states, code -1."""
-        rows, n = self.rows, self.n_state
-        if self.arrays:
-            return (jax.lax.full((rows["event_t"],), jnp.nan, self.dtype),
-                    jax.lax.full((rows["event_code"],), -1, jnp.int32),
-                    jax.lax.full((rows["event_y"], n), jnp.nan, self.dtype))
-        nan, none = jnp.full((self.lanes,), jnp.nan, self.dtype), jnp.full((self.lanes,), -1, jnp.int32)
-        return ([nan] * rows["event_t"], [none] * rows["event_code"], [[nan] * n for _ in range(rows["event_y"])])
+        """The log before any event: NaN times and states, code -1 (event_t, event_code, event_y)."""
+        def blank(name, value, dtype, width=()):
+            if self.arrays[name]:
+                return jax.lax.full((self.rows[name], *width), value, dtype)
+            row = jnp.full((self.lanes,), value, dtype)
+            return [[row] * width[0] if width else row for _ in range(self.rows[name])]
+
+        return (blank("event_t", jnp.nan, self.dtype), blank("event_code", -1, jnp.int32),
+                blank("event_y", jnp.nan, self.dtype, (self.n_state,)))
 
     def record(self, log, located, events, t, code, y):
         """The log with the event of each lane where `located` (its events-th) written."""
-        event_t, event_code, event_y = log
-        if self.arrays:  # one lane, and this runs only where it located its event
-            at = jax.lax.dynamic_update_slice
-            row = functools.partial(self._row_of, events=events[0])
-            y_row = row("event_y")
-            for j, value in enumerate(y):
-                event_y = at(event_y, value.reshape(1, 1), (y_row, jnp.int32(j)))
-            return (at(event_t, t, (row("event_t"),)), at(event_code, code, (row("event_code"),)), event_y)
-
-        def where(name):
+        def record(name, array, values):
+            """values: the event's values a row holds (one, or the state's components)."""
+            if self.arrays[name]:  # one lane, and this runs only where it located its event
+                row = self._row_of(name, events[0])
+                if name != "event_y":
+                    return jax.lax.dynamic_update_slice(array, values[0], (row,))
+                for j, value in enumerate(values):
+                    array = jax.lax.dynamic_update_slice(array, value.reshape(1, 1), (row, jnp.int32(j)))
+                return array
             k = self._row_of(name, events)
-            return [located & (k == r) for r in range(self.rows[name])]
+            written = [located & (k == r) for r in range(self.rows[name])]
+            if name != "event_y":
+                return [jnp.where(w, values[0], v) for w, v in zip(written, array, strict=True)]
+            return [[jnp.where(w, a, b) for a, b in zip(values, row, strict=True)]
+                    for w, row in zip(written, array, strict=True)]
 
-        return ([jnp.where(w, t, v) for w, v in zip(where("event_t"), event_t, strict=True)],
-                [jnp.where(w, code, v) for w, v in zip(where("event_code"), event_code, strict=True)],
-                [[jnp.where(w, a, b) for a, b in zip(y, row, strict=True)]
-                 for w, row in zip(where("event_y"), event_y, strict=True)])
+        event_t, event_code, event_y = log
+        return record("event_t", event_t, [t]), record("event_code", event_code, [code]), record("event_y", event_y, y)
 
     def rows_of(self, log):
         """The log's rows as lane vectors: (event_t, event_code, event_y rows of n_state)."""
-        if not self.arrays:
-            return log
-        event_t, event_code, event_y = log
-        one = jax.lax.slice_in_dim
-        return ([one(event_t, r, r + 1) for r in range(self.rows["event_t"])],
-                [one(event_code, r, r + 1) for r in range(self.rows["event_code"])],
-                [[jax.lax.slice(event_y, (r, j), (r + 1, j + 1)).reshape(1) for j in range(self.n_state)]
-                 for r in range(self.rows["event_y"])])
+        def rows(name, array):
+            if not self.arrays[name]:
+                return array
+            if name != "event_y":
+                return [jax.lax.slice_in_dim(array, r, r + 1) for r in range(self.rows[name])]
+            return [[jax.lax.slice(array, (r, j), (r + 1, j + 1)).reshape(1) for j in range(self.n_state)]
+                    for r in range(self.rows[name])]
+
+        return tuple(rows(name, array) for name, array in zip(("event_t", "event_code", "event_y"), log, strict=True))
 
 
 class LaneSolve:
