@@ -221,6 +221,19 @@ def test_a_long_event_log_is_each_points_own(finish):
         np.testing.assert_allclose(fused.outputs[name], per_point.outputs[name], rtol=1e-12, err_msg=name)
 
 
+@pytest.mark.parametrize("study", [PINGPONG, LANDING], ids=lambda s: s.name)
+def test_a_short_event_log_stays_scalars(study):
+    """A log of at most 16 rows (the shipped studies': 2 and 8) is no C array:
+    a GPU keeps its values in registers, as when its figures were measured."""
+    import re
+
+    with float64_here():
+        body = KernelBody(study.solve_point, SolverSettings(), [p.name for p in study.parameters],
+                          [o.name for o in study.outputs], 1)
+        text = kernel_source(body, None).text
+    assert not re.search(r"\b\w+ a\d+\[\d+\];", text)
+
+
 # ---- the code generator's semantics, against jax on the same inputs
 
 
