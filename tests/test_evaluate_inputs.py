@@ -2,6 +2,7 @@
 shard passes it) goes to the device once, with bitwise the results of the same
 values passed point by point; and the host allocator is set once per process."""
 
+import os
 import platform
 
 import numpy as np
@@ -37,6 +38,36 @@ def test_a_fixed_parameter_gives_the_results_of_its_values_point_by_point(dtype)
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the thresholds are glibc's")
+def test_float64_settings_solve_in_float64_without_jax_x64():
+    """A process that never enabled JAX's x64 (a notebook calling evaluate
+    before any run) still solves float64 settings in float64: the bouncing
+    ball's rest time as its closed form, in the steps a float64 solve takes."""
+    import subprocess
+    import sys
+
+    script = """
+import sys
+sys.path.insert(0, "tests")
+import jax, numpy as np
+import bouncing_ball as ball
+from engine import SolverSettings
+from engine.solve import evaluate
+assert not jax.config.jax_enable_x64
+h, e = np.array([1.0, 2.0, 7.5]), np.array([0.5, 0.6, 0.85])
+got = evaluate(ball.STUDY, SolverSettings(rtol=1e-10, atol=1e-12, max_segments=128),
+               {"height": h, "restitution": e, "min_speed": np.full(3, ball.MIN_SPEED)})
+rest, impacts = ball.closed_form(h, e)
+assert got.outputs["rest_time"].dtype == np.float64, got.outputs["rest_time"].dtype
+np.testing.assert_allclose(got.outputs["rest_time"], rest, rtol=1e-11)
+np.testing.assert_array_equal(got.num_events, impacts)
+assert got.num_steps.max() < 500, got.num_steps
+assert not jax.config.jax_enable_x64
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "JAX_ENABLE_X64": "0", "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def test_freed_host_memory_is_kept_on_glibc():
     assert keep_freed_memory() is True
     assert keep_freed_memory() is True  # once per process, then the cached answer
