@@ -133,6 +133,89 @@ def test_a_stop_is_raised_once_while_it_unwinds(monkeypatch):
     assert cleaned == [True]
 
 
+_DROP_A_STOP = """
+import gc, os, signal, sys, time
+from engine.cli import commands
+
+def drop_a_stop():  # SIGTERM raised inside a collector's callback: Python drops it
+    def callback(phase, info):
+        if phase == "start":
+            gc.callbacks.remove(callback)
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(1000))
+    gc.callbacks.append(callback)
+    gc.collect()
+"""
+
+
+def _run_script(body: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", _DROP_A_STOP + body], capture_output=True, text=True, timeout=120)
+
+
+def test_a_dropped_stop_is_not_sent_after_its_command_ended():
+    """A command that ends right after a stop was dropped leaves nothing behind:
+    the caller (its process) goes on, not killed by a late resend."""
+    done = _run_script("""
+def command(argv, freeze=False):
+    drop_a_stop()
+    return 0
+commands._main = command
+print("returned", commands.main(["studies"]), flush=True)
+time.sleep(3 * commands.RESEND_AFTER + 0.2)
+print("alive", flush=True)
+""")
+    assert done.returncode == 0 and done.stdout.split() == ["returned", "0", "alive"], done.stderr
+
+
+def test_a_dropped_stop_is_sent_again_though_printing_it_fails():
+    """The hook that prints a dropped exception may fail (stderr a broken pipe):
+    the stop is sent again all the same."""
+    done = _run_script("""
+def broken(unraisable):
+    raise BrokenPipeError("stderr gone")
+sys.unraisablehook = broken
+def command(argv, freeze=False):
+    drop_a_stop()
+    for _ in range(100):
+        time.sleep(0.05)
+    return 0
+commands._main = command
+try:
+    commands.main(["studies"])
+except commands.Terminated:
+    print("stopped", flush=True)
+""")
+    assert done.stdout.split() == ["stopped"], done.stderr
+
+
+def test_a_stop_during_the_commands_imports_is_raised_after_them(monkeypatch):
+    """A stop that comes while the command imports is raised once they are done
+    (raised inside a C extension's start, jaxlib's, it became an ImportError)."""
+    import os
+    import signal
+    import time
+
+    from engine.cli import commands
+
+    inside = []
+
+    def command(argv, freeze=False):
+        with commands._stops.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+            inside.append(True)
+        time.sleep(5)
+        return 0
+
+    monkeypatch.setattr(commands, "_main", command)
+    with pytest.raises(commands.Terminated):
+        commands.main(["studies"])
+    assert inside == [True]
+
+
 def test_ctrl_c_left_ignored_where_the_shell_ignores_it(monkeypatch):
     """A background job's SIGINT, ignored by its shell, stays ignored while a
     command runs, and every handler is given back after it."""
@@ -150,7 +233,7 @@ def test_ctrl_c_left_ignored_where_the_shell_ignores_it(monkeypatch):
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         signal.signal(signal.SIGINT, signal.default_int_handler)
         assert commands.main(["studies"]) == 0
-        assert seen["sigint"] is not signal.default_int_handler and seen["sigint"] is seen["sigterm"]
+        assert seen["sigint"] is not signal.default_int_handler and seen["sigint"] == seen["sigterm"]
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, before)

@@ -51,11 +51,15 @@ sys.path.insert(0, "tests")
 import jax, numpy as np
 import bouncing_ball as ball
 from engine import SolverSettings
-from engine.solve import evaluate
+from engine.solve import evaluate, make_plan
+from engine.solve.evaluate import load_ahead
 assert not jax.config.jax_enable_x64
 h, e = np.array([1.0, 2.0, 7.5]), np.array([0.5, 0.6, 0.85])
-got = evaluate(ball.STUDY, SolverSettings(rtol=1e-10, atol=1e-12, max_segments=128),
-               {"height": h, "restitution": e, "min_speed": np.full(3, ball.MIN_SPEED)})
+settings = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=128)
+columns = {"height": h, "restitution": e, "min_speed": np.full(3, ball.MIN_SPEED)}
+plan = make_plan(ball.STUDY)
+load_ahead(ball.STUDY, settings, columns, plan=plan).join()  # the program the evaluate below calls
+got = evaluate(ball.STUDY, settings, columns, plan=plan)
 rest, impacts = ball.closed_form(h, e)
 assert got.outputs["rest_time"].dtype == np.float64, got.outputs["rest_time"].dtype
 np.testing.assert_allclose(got.outputs["rest_time"], rest, rtol=1e-11)
