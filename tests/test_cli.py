@@ -115,7 +115,7 @@ def test_a_stop_is_raised_once_while_it_unwinds(monkeypatch):
     import signal
     import time
 
-    from engine.cli import commands
+    from engine.cli import commands, stops
 
     cleaned = []
 
@@ -128,14 +128,14 @@ def test_a_stop_is_raised_once_while_it_unwinds(monkeypatch):
             cleaned.append(True)
 
     monkeypatch.setattr(commands, "_main", command)
-    with pytest.raises(commands.Terminated):
+    with pytest.raises(stops.Terminated):
         commands.main(["studies"])
     assert cleaned == [True]
 
 
 _DROP_A_STOP = """
 import gc, os, signal, sys, time
-from engine.cli import commands
+from engine.cli import commands, stops
 
 def drop_a_stop():  # SIGTERM raised inside a collector's callback: Python drops it
     def callback(phase, info):
@@ -164,7 +164,7 @@ def command(argv, freeze=False):
     return 0
 commands._main = command
 print("returned", commands.main(["studies"]), flush=True)
-time.sleep(3 * commands.RESEND_AFTER + 0.2)
+time.sleep(3 * stops.RESEND_AFTER + 0.2)
 print("alive", flush=True)
 """)
     assert done.returncode == 0 and done.stdout.split() == ["returned", "0", "alive"], done.stderr
@@ -185,7 +185,7 @@ def command(argv, freeze=False):
 commands._main = command
 try:
     commands.main(["studies"])
-except commands.Terminated:
+except stops.Terminated:
     print("stopped", flush=True)
 """)
     assert done.stdout.split() == ["stopped"], done.stderr
@@ -198,12 +198,12 @@ def test_a_stop_during_the_commands_imports_is_raised_after_them(monkeypatch):
     import signal
     import time
 
-    from engine.cli import commands
+    from engine.cli import commands, stops
 
     inside = []
 
     def command(argv, freeze=False):
-        with commands._stops.deferred():
+        with stops.deferred():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.2)
             inside.append(True)
@@ -211,9 +211,87 @@ def test_a_stop_during_the_commands_imports_is_raised_after_them(monkeypatch):
         return 0
 
     monkeypatch.setattr(commands, "_main", command)
-    with pytest.raises(commands.Terminated):
+    with pytest.raises(stops.Terminated):
         commands.main(["studies"])
     assert inside == [True]
+
+
+def test_a_stop_while_plot_imports_matplotlib_is_taken_after_it():
+    """The stop comes while matplotlib is imported: taken once it is (143, one line)."""
+    done = _run_script("""
+import importlib.abc
+class Stop(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "matplotlib" and commands.stops.current() is not None:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return None
+sys.meta_path.insert(0, Stop())
+sys.exit(commands.main(["plot", "no-such-cube.zarr"]))
+""")
+    assert done.returncode == 143, done.stderr
+    assert done.stderr.strip().splitlines() == ["rollsweep: interrupted; run the same command again to resume"]
+
+
+def test_a_command_inside_a_command_or_in_a_thread_leaves_its_stops(monkeypatch):
+    """main called inside a command gives the enclosing command's stops back;
+    main in another thread (where signals never go) does not touch them."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from engine.cli import commands, stops
+
+    seen = []
+
+    def inner(argv, freeze=False):
+        seen.append(stops.current())
+        with stops.deferred():  # in a thread: nothing deferred of the main thread's command
+            time.sleep(0.05)
+        return 0
+
+    def outer(argv, freeze=False):
+        mine = stops.current()
+        monkeypatch.setattr(commands, "_main", inner)
+        assert commands.main(["studies"]) == 0 and stops.current() is mine
+        thread = threading.Thread(target=commands.main, args=(["studies"],))
+        thread.start()
+        thread.join()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        return 0
+
+    monkeypatch.setattr(commands, "_main", outer)
+    with pytest.raises(stops.Terminated):
+        commands.main(["studies"])
+    assert seen[0] is not None and seen[1] is None
+    assert stops.current() is None
+
+
+def test_only_the_commands_own_stops_are_stops():
+    """An error raised in the handling of a KeyboardInterrupt the command did
+    not raise (a user's own) is that error, not an interrupted run."""
+    import signal
+
+    from engine.cli import stops
+
+    def import_error_after(stop):
+        try:
+            raise stop
+        except KeyboardInterrupt:
+            try:
+                raise ImportError("a missing optional dependency")
+            except ImportError as error:
+                return error
+
+    with stops.taken_in_main_thread() as mine:
+        try:
+            mine.raise_stop(signal.SIGTERM, None)
+        except stops.Terminated as stop:
+            ours = stop
+        assert stops.behind(import_error_after(ours)) is ours
+        assert stops.behind(import_error_after(KeyboardInterrupt())) is None
 
 
 def test_ctrl_c_left_ignored_where_the_shell_ignores_it(monkeypatch):

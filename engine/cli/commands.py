@@ -1,15 +1,14 @@
 """The `rollsweep` command line."""
 
 import argparse
-import contextlib
 import gc
 import os
 import pathlib
-import signal
 import sys
 import threading
 
 from engine._imports import import_paused
+from engine.cli import stops
 from engine.errors import ConfigError, StoreError
 
 EXIT_BAD_INPUT = 2
@@ -326,87 +325,6 @@ def _disk_error(args, err: OSError) -> str:
     return line
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a job scheduler's or `kill`'s stop), handled as Ctrl-C is."""
-
-
-# A stop that Python dropped is sent again this much later (see _Stops).
-RESEND_AFTER = 0.05
-
-
-class _Stops:
-    """One command's stops (SIGTERM, Ctrl-C): each raised in the main thread,
-    as Terminated or KeyboardInterrupt, until the command has taken one
-    (`taken`, set where it does).
-
-    A signal's exception is raised wherever the main thread happens to be, and
-    Python prints and drops one raised in a garbage collector's callback (JAX
-    has one) or a __del__ (sys.unraisablehook): the run then went on, to its
-    end. So a stop dropped there is sent again, a moment later from a thread
-    (sent from the hook, it would be raised there and dropped again), unless
-    another has been raised since (one on its way out is not raised again
-    inside its own clean-up)."""
-
-    def __init__(self):
-        self.taken = threading.Event()
-        self.raised = 0
-        self.resends: list[threading.Timer] = []
-        self.previous_hook = sys.unraisablehook
-        self.deferring = False
-        self.pending: int | None = None  # a stop that came while deferring
-
-    def raise_stop(self, signum, frame):
-        if self.taken.is_set():  # sent again, late for a command that has already stopped
-            return
-        if self.deferring:
-            self.pending = signum
-            return
-        self.raised += 1
-        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-
-    @contextlib.contextmanager
-    def deferred(self):
-        """A stop that comes inside is raised as it ends. Raised while a C
-        extension initialised (jaxlib, imported by a run), it became an
-        ImportError, and the process crashed at its exit (SIGSEGV)."""
-        self.deferring = True
-        try:
-            yield
-        finally:
-            self.deferring = False
-            if self.pending is not None:
-                signum, self.pending = self.pending, None
-                self.raise_stop(signum, None)
-
-    def dropped(self, unraisable):
-        kind = unraisable.exc_type
-        if kind is not None and issubclass(kind, KeyboardInterrupt) and not self.taken.is_set():
-            signum = signal.SIGTERM if issubclass(kind, Terminated) else signal.SIGINT
-            resend = threading.Timer(RESEND_AFTER, self._resend, (signum, self.raised))
-            resend.daemon = True
-            self.resends.append(resend)
-            resend.start()
-        try:
-            self.previous_hook(unraisable)  # printed, as Python does
-        except BaseException:  # noqa: BLE001 - a broken or closed stderr, or a stop raised while printing
-            pass
-
-    def _resend(self, signum: int, raised: int):
-        if not self.taken.is_set() and self.raised == raised:
-            os.kill(os.getpid(), signum)
-
-    def close(self):
-        """No stop raised or sent any more: every resend stopped or waited for."""
-        self.taken.set()
-        for resend in self.resends:
-            resend.cancel()
-            resend.join()
-
-
-# The stops of the command running in the main thread (None: none is).
-_stops: _Stops | None = None
-
-
 def entry(argv=None) -> int:
     """The `rollsweep` program (its console script, `python -m engine.cli`):
     `main` in a process of its own, which freezes what the command imported.
@@ -461,28 +379,10 @@ def _exit_now(code: int):
 
 
 def main(argv=None, freeze: bool = False) -> int:
-    """The command line, a stop raised in it (see _Stops): SIGTERM as
-    Terminated (its line, exit 143), Ctrl-C (SIGINT) as KeyboardInterrupt
-    (exit 130). Ctrl-C is handled so only where Python's own handler has it (a
-    shell that ignores it for a background job keeps it ignored), SIGTERM
-    where a handler of Python's has it (not one installed from C)."""
-    global _stops
-    if threading.current_thread() is not threading.main_thread():  # signals go to the main thread only
+    """The command line, its stops taken (engine.cli.stops): SIGTERM with its
+    line and exit 143, Ctrl-C with exit 130."""
+    with stops.taken_in_main_thread():
         return _main(argv, freeze)
-    stops = _stops = _Stops()
-    handled = [signal.SIGTERM] if signal.getsignal(signal.SIGTERM) is not None else []
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        handled.append(signal.SIGINT)
-    previous = {signum: signal.signal(signum, stops.raise_stop) for signum in handled}
-    sys.unraisablehook = stops.dropped
-    try:
-        return _main(argv, freeze)
-    finally:
-        stops.close()
-        sys.unraisablehook = stops.previous_hook
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        _stops = None
 
 
 def _import_command(module: str, args):
@@ -491,7 +391,7 @@ def _import_command(module: str, args):
     (engine._imports); in the program's own process, all of it then kept out of
     later collections. Its module first (args.module), and any it imports once
     under way (a run: the runner, after its program's compile is started)."""
-    with _stops.deferred() if _stops is not None else contextlib.nullcontext():
+    with stops.deferred():
         imported = import_paused(module)
     if args.whole_process:
         gc.freeze()
@@ -501,47 +401,32 @@ def _import_command(module: str, args):
 def _main(argv, freeze: bool = False) -> int:
     args = parser().parse_args(argv)
     args.whole_process = freeze  # the program's own process (entry), not a caller's (a notebook, a test)
-    if args.command in ("plot", "demo"):
-        import matplotlib
-
-        matplotlib.use("Agg")  # files only: never a window (and never in a user's notebook kernel)
     try:
+        if args.command in ("plot", "demo"):
+            with stops.deferred():
+                import matplotlib
+            matplotlib.use("Agg")  # files only: never a window (and never in a user's notebook kernel)
         _import_command(args.module, args)
         code = args.fn(args)
-    except (ConfigError, StoreError) as err:
-        print(f"rollsweep: error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except BrokenPipeError:  # output piped into `head` and the like
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
-        return 0
-    except OSError as err:  # full disk, read-only or vanished store
-        print(f"rollsweep: error: {_disk_error(args, err)}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     except KeyboardInterrupt as err:
         return _interrupted(err)
-    except ImportError as err:  # a stop raised while a C extension (jaxlib) initialised: it raises this instead
-        stop = _stop_behind(err)
-        if stop is None:
-            raise
-        return _interrupted(stop)
+    except Exception as err:
+        stop = stops.behind(err)  # a stop that surfaced as another error (an ImportError, in jaxlib's start)
+        if stop is not None:
+            return _interrupted(stop)
+        if isinstance(err, (ConfigError, StoreError)):
+            print(f"rollsweep: error: {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if isinstance(err, BrokenPipeError):  # output piped into `head` and the like
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+            return 0
+        if isinstance(err, OSError):  # full disk, read-only or vanished store
+            print(f"rollsweep: error: {_disk_error(args, err)}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        raise
     return code or 0
 
 
 def _interrupted(stop: KeyboardInterrupt) -> int:
-    """The command stopped (Ctrl-C, SIGTERM): no other stop raised, one line, its exit code."""
-    if _stops is not None:
-        _stops.taken.set()
     print("rollsweep: interrupted; run the same command again to resume", file=sys.stderr)
-    return 143 if isinstance(stop, Terminated) else 130
-
-
-def _stop_behind(err: BaseException) -> KeyboardInterrupt | None:
-    """The stop an exception was raised in the handling of, if any."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, KeyboardInterrupt):
-            return err
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
-    return None
-
+    return stops.take(stop)
