@@ -1,5 +1,7 @@
 """The command line, end to end on a small sweep."""
 
+import sys
+
 import jax
 import pytest
 
@@ -418,6 +420,19 @@ def test_the_program_leaves_a_profilers_report_to_the_interpreters_exit(tmp_path
         from engine.cli.commands import _exit_now
         atexit.register(lambda: open("atexit-ran", "w").close())
         sys.setprofile(lambda frame, event, arg: None)
+        _exit_now(0)
+        """, tmp_path)
+    assert (code, left) == (0, ["atexit-ran"])
+
+
+@pytest.mark.skipif(not hasattr(sys, "monitoring"), reason="sys.monitoring: Python 3.12+")
+def test_the_program_leaves_a_monitoring_tools_report_to_the_interpreters_exit(tmp_path):
+    """The same under a sys.monitoring tool (coverage's sysmon core, a debugger)."""
+    code, out, left = _ended("""
+        import atexit, sys
+        from engine.cli.commands import _exit_now
+        atexit.register(lambda: open("atexit-ran", "w").close())
+        sys.monitoring.use_tool_id(sys.monitoring.COVERAGE_ID, "a coverage tool")
         _exit_now(0)
         """, tmp_path)
     assert (code, left) == (0, ["atexit-ran"])

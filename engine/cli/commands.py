@@ -355,7 +355,7 @@ def _exit_now(code: int):
     4,096 points on 2 cores; ended at once, 0.03 s. The interpreter exits as
     usual where a thread or child process is still alive (a program's compile
     left by an error, say), where dask's distributed was used (its exit closes
-    the clusters an interrupted run left open), or under a profiler or tracer
+    the clusters an interrupted run left open), or under a profiler, tracer or monitoring tool
     (which report at exit)."""
     chunks = sys.modules.get("engine.cube.chunks")
     if chunks is not None:
@@ -363,7 +363,7 @@ def _exit_now(code: int):
     alive = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
     processes = sys.modules.get("multiprocessing")  # only where a command started one
     if (alive or (processes is not None and processes.active_children()) or "distributed" in sys.modules
-            or sys.getprofile() is not None or sys.gettrace() is not None):
+            or sys.getprofile() is not None or sys.gettrace() is not None or _monitored()):
         sys.exit(code)
     logging = sys.modules.get("logging")
     if logging is not None:  # its handlers flushed and closed, as its atexit handler would
@@ -376,6 +376,13 @@ def _exit_now(code: int):
         except OSError:  # a full disk, say: what was said is not whole (as Python's own exit says)
             code = code or 120
     os._exit(code)
+
+
+def _monitored() -> bool:
+    """Whether a tool watches this process through sys.monitoring (Python
+    3.12+: coverage's sysmon core, debuggers), which reports at exit."""
+    monitoring = getattr(sys, "monitoring", None)
+    return monitoring is not None and any(monitoring.get_tool(tool) is not None for tool in range(6))
 
 
 def main(argv=None, freeze: bool = False) -> int:
