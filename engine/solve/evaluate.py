@@ -217,11 +217,22 @@ def _call_args(columns: dict, fixed: dict, start: int, stop: int, batch: int, ac
     return args | fixed
 
 
-def _float64_off(settings: SolverSettings) -> bool:
-    """Whether float64 settings meet a thread without JAX's x64 (there, solved in float32)."""
-    return jnp.dtype(settings.dtype) == jnp.float64 and not jax.config.jax_enable_x64
+def _in_settings_dtype(fn):
+    """fn(study, settings, ...) under JAX's x64 where its settings are float64
+    and the calling thread has no x64 (a notebook that never ran `engine.run`):
+    there it solved in float32, with a warning of JAX's only (the bouncing ball
+    at rtol 1e-10: 15,000 steps a point instead of 60)."""
+    @functools.wraps(fn)
+    def in_dtype(study, settings: SolverSettings, *args, **kwargs):
+        if jnp.dtype(settings.dtype) == jnp.float64 and not jax.config.jax_enable_x64:
+            with float64_here():
+                return fn(study, settings, *args, **kwargs)
+        return fn(study, settings, *args, **kwargs)
+
+    return in_dtype
 
 
+@_in_settings_dtype  # as evaluate: its program is the one evaluate calls
 def load_ahead(study, settings: SolverSettings, params: dict, outputs=None, *, plan: Plan):
     """Make ready, before the first call, the program that `evaluate` of
     `params` (any points of the sweep: the arguments' kinds matter, not their
@@ -231,9 +242,6 @@ def load_ahead(study, settings: SolverSettings, params: dict, outputs=None, *, p
     A run starts it before the store's creation, whose work then overlaps the
     compile: on CPU a warm process reads XLA's executable from the compile
     cache there, 0.33 s of a 4,096-point pingpong run's 1.2 s on 2 cores."""
-    if _float64_off(settings):  # as evaluate (its program is the one evaluate calls)
-        with float64_here():
-            return load_ahead(study, settings, params, outputs, plan=plan)
     fn = compiled(study, settings, _selected(study, outputs), plan)
     if fn.started():
         return None
@@ -249,6 +257,7 @@ def load_ahead(study, settings: SolverSettings, params: dict, outputs=None, *, p
         return None
 
 
+@_in_settings_dtype
 def evaluate(
     study,
     settings: SolverSettings,
@@ -268,13 +277,8 @@ def evaluate(
     `batch_size` (points per call) and `width` (points in flight).
 
     Settings of float64 (the default) solve in float64 wherever this is
-    called from: a process without JAX's x64 (a notebook that never ran
-    `engine.run`) solved in float32, with a warning of JAX's only (the
-    bouncing ball at rtol 1e-10: 15,000 steps a point instead of 60).
+    called from (_in_settings_dtype).
     """
-    if _float64_off(settings):
-        with float64_here():
-            return evaluate(study, settings, params, batch_size, outputs, solver=solver, width=width, plan=plan)
     if plan is None:
         plan = make_plan(study, solver=solver, batch=batch_size, width=width)
     selected = _selected(study, outputs)

@@ -279,13 +279,13 @@ class _Emitter:
         return self.jaxpr(closed, [], args)
 
 
+def _size(aval) -> int:
+    return int(np.prod(getattr(aval, "shape", ()), dtype=int))
+
+
 def _is_array(aval) -> bool:
     """Whether a value is held as a C array (more than one element)."""
-    return int(np.prod(getattr(aval, "shape", ()), dtype=int)) > 1
-
-
-def _size(aval) -> int:
-    return int(np.prod(aval.shape, dtype=int))
+    return _size(aval) > 1
 
 
 def _check_scalar(aval, where):
@@ -699,14 +699,14 @@ def _cond(em, eqn, ins):
 # ---- arrays (see the module's docstring)
 
 
-def _offset(em, shape, sizes, indices, dtypes=None) -> str:
-    """The flat (row-major) offset of a block of `sizes` at `indices` (of
-    `dtypes`; None: signed) in an array of `shape`, each index clamped so the
-    block fits (as XLA: an unsigned index past the end is the last)."""
+def _offset(em, shape, indices, dtypes=None) -> str:
+    """The flat (row-major) offset of the element at `indices` (of `dtypes`;
+    None: signed) in an array of `shape`, each index clamped into its axis
+    (as XLA: an unsigned index past the end is the last)."""
     terms, stride = [], 1
     dtypes = dtypes or [None] * len(shape)
-    for dim, size, index, dtype in reversed(list(zip(shape, sizes, indices, dtypes, strict=True))):
-        last = dim - size
+    for dim, index, dtype in reversed(list(zip(shape, indices, dtypes, strict=True))):
+        last = dim - 1
         if last:
             if dtype is not None and np.issubdtype(dtype, np.unsignedinteger):
                 expr = f"(uint64_t)({index}) > (uint64_t){last} ? {last} : (int64_t)({index})"
@@ -721,8 +721,7 @@ def _element_of(em, eqn, array, indices, what, dtypes=None):
     """One element of an array (at clamped `indices`), as a scalar."""
     if _size(eqn.outvars[0].aval) != 1:
         raise KernelUnsupported(f"{what} of several elements; the C kernel reads its arrays one element at a time")
-    shape = eqn.invars[0].aval.shape
-    return em.define(_out_dtype(eqn), f"{array}[{_offset(em, shape, (1,) * len(shape), indices, dtypes)}]")
+    return em.define(_out_dtype(eqn), f"{array}[{_offset(em, eqn.invars[0].aval.shape, indices, dtypes)}]")
 
 
 def _broadcast(em, eqn, ins):
@@ -743,7 +742,7 @@ def _update(em, eqn, ins):
     if _is_array(eqn.invars[1].aval):
         raise KernelUnsupported("dynamic_update_slice of several elements; the C kernel writes one at a time")
     dtypes = [v.aval.dtype for v in eqn.invars[2:]]
-    em.line(f"{operand}[{_offset(em, aval.shape, (1,) * len(aval.shape), indices, dtypes)}] = {update};")
+    em.line(f"{operand}[{_offset(em, aval.shape, indices, dtypes)}] = {update};")
     return operand
 
 

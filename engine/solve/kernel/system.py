@@ -96,18 +96,18 @@ class _EventLog:
         """The row an event takes: its index, the last row once they are full."""
         return jnp.minimum(events, self.rows[name] - 1)
 
-    def blank(self):
-        """The log before any event: NaN times and states, code -1 (event_t, event_code, event_y)."""
+    def blank(self) -> dict:
+        """The log before any event (name -> its rows): NaN times and states, code -1."""
         def blank(name, value, dtype, width=()):
             if self.arrays[name]:
                 return jax.lax.full((self.rows[name], *width), value, dtype)
             row = jnp.full((self.lanes,), value, dtype)
             return [[row] * width[0] if width else row for _ in range(self.rows[name])]
 
-        return (blank("event_t", jnp.nan, self.dtype), blank("event_code", -1, jnp.int32),
-                blank("event_y", jnp.nan, self.dtype, (self.n_state,)))
+        return {"event_t": blank("event_t", jnp.nan, self.dtype), "event_code": blank("event_code", -1, jnp.int32),
+                "event_y": blank("event_y", jnp.nan, self.dtype, (self.n_state,))}
 
-    def record(self, log, located, events, t, code, y):
+    def record(self, log: dict, located, events, t, code, y) -> dict:
         """The log with the event of each lane where `located` (its events-th) written."""
         def record(name, array, values):
             """values: the event's values a row holds (one, or the state's components)."""
@@ -125,11 +125,11 @@ class _EventLog:
             return [[jnp.where(w, a, b) for a, b in zip(values, row, strict=True)]
                     for w, row in zip(written, array, strict=True)]
 
-        event_t, event_code, event_y = log
-        return record("event_t", event_t, [t]), record("event_code", event_code, [code]), record("event_y", event_y, y)
+        values = {"event_t": [t], "event_code": [code], "event_y": y}
+        return {name: record(name, array, values[name]) for name, array in log.items()}
 
-    def rows_of(self, log):
-        """The log's rows as lane vectors: (event_t, event_code, event_y rows of n_state)."""
+    def rows_of(self, log: dict) -> dict:
+        """The log's rows as lane vectors (event_y's: rows of n_state)."""
         def rows(name, array):
             if not self.arrays[name]:
                 return array
@@ -138,7 +138,7 @@ class _EventLog:
             return [[jax.lax.slice(array, (r, j), (r + 1, j + 1)).reshape(1) for j in range(self.n_state)]
                     for r in range(self.rows[name])]
 
-        return tuple(rows(name, array) for name, array in zip(("event_t", "event_code", "event_y"), log, strict=True))
+        return {name: rows(name, array) for name, array in log.items()}
 
 
 class LaneSolve:
@@ -287,14 +287,14 @@ class LaneSolve:
             return backend.any_lane((s["status"] == Status.PENDING) & active)
 
         final = jax.lax.while_loop(running, functools.partial(self.iteration, active, args, horizon, log), init)
-        event_t, event_code, event_y = log.rows_of(final["log"])
+        rows = log.rows_of(final["log"])
         solution = HybridSolution(
             t=from_list([final["t"]], ()), y=from_list(final["y"], (self.n_state,)),
             mode=from_list([final["mode"]], ()),
             status=from_list([final["status"]], ()), num_steps=from_list([final["steps"]], ()),
-            num_events=from_list([final["events"]], ()), event_t=from_list(event_t, (self.rows["event_t"],)),
-            event_y=from_list([v for row in event_y for v in row], (self.rows["event_y"], self.n_state)),
-            event_code=from_list(event_code, (self.rows["event_code"],)),
+            num_events=from_list([final["events"]], ()), event_t=from_list(rows["event_t"], (self.rows["event_t"],)),
+            event_y=from_list([v for row in rows["event_y"] for v in row], (self.rows["event_y"], self.n_state)),
+            event_code=from_list(rows["event_code"], (self.rows["event_code"],)),
         )
         return solution
 
