@@ -5,13 +5,14 @@ file is damaged or does not fit; never stored for a study made at run time or
 for a check that failed unexpectedly."""
 
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
 from test_kernel_c import _solve
 from test_kernel_c import pytestmark as needs_cc  # a C compiler to build the host kernel
 from test_lane_structural import _raising
-from test_outside_models import NATURAL, SETTINGS, _columns
+from test_outside_models import NATURAL, SETTINGS, _ball_study, _columns
 
 import engine.solve.kernel.fused as fused_module
 import engine.solve.kernel.stored as stored
@@ -64,14 +65,32 @@ def test_a_damaged_check_is_traced_again(store, monkeypatch):
         assert traced == [PINGPONG], damage
 
 
-def test_a_study_made_at_run_time_is_never_stored(store):
-    """A study made by code at run time (here a test's, of closures) is not
-    registered: what it is, no file says, so nothing of it is kept."""
-    study = NATURAL
-    assert stored.key(study, made="check") is None
-    FUSED.unsupported(study)
-    assert not store.exists()
-    assert stored.key(PINGPONG, made="check") is not None
+def test_a_study_made_at_run_time_is_stored_by_what_it_is_made_of(store):
+    """A study made by code at run time (here a test's factory, of closures) is
+    stored under what it is made of: the check of one made alike is read, one
+    made with another closed-over function is its own entry, and one holding a
+    value that cannot be described is never stored."""
+    FUSED.unsupported(NATURAL)
+    assert len(list(store.glob("*.check.json"))) == 1
+    FUSED.unsupported(ABSOLUTE_NAMED_NATURAL)
+    assert len(list(store.glob("*.check.json"))) == 2
+    assert stored.key(_ball_study("ball_natural_reset", jnp.abs), made="check") \
+        == stored.key(ABSOLUTE_NAMED_NATURAL, made="check")
+    opaque = _ball_study("ball_natural_reset", _Opaque())
+    assert stored.key(opaque, made="check") is None
+    FUSED.unsupported(opaque)
+    assert len(list(store.glob("*.check.json"))) == 2
+
+
+class _Opaque:
+    """A reset height nothing can describe (an object of a test's own class)."""
+
+    def __call__(self, h):
+        return jnp.zeros_like(h)
+
+
+# ABSOLUTE's closures under NATURAL's name: another study of the same name and files.
+ABSOLUTE_NAMED_NATURAL = _ball_study("ball_natural_reset", jnp.abs)
 
 
 def test_an_unexpected_failure_of_the_check_is_not_stored(store, monkeypatch):

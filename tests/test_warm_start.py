@@ -18,6 +18,7 @@ from engine import (
     PointResult,
     SolverSettings,
     Start,
+    Status,
     Study,
     Transition,
 )
@@ -57,9 +58,9 @@ COLUMNS = {"height": np.linspace(0.1, 3.0, 11), "restitution": np.linspace(0.3, 
 
 
 def _fall_time(p, settings):
-    """A closed form (quick to compile) where only the keys are tested."""
+    """A closed form (quick to compile)."""
     t = jnp.sqrt(2 * p["height"] / G) + 0 * p["restitution"]
-    return PointResult(outputs={"last_impact": t}, status=jnp.int8(0))
+    return PointResult(outputs={"last_impact": t}, status=jnp.int8(Status.SUCCESS))
 
 
 DROP = dataclasses.replace(BALL, name="warm_drop", solve_point=_fall_time)
@@ -177,3 +178,66 @@ def test_a_damaged_entry_is_made_again(traces, tmp_path, monkeypatch):
     again = evaluate(DROP, SETTINGS, COLUMNS, plan=plan)
     assert len(traces) == 2 and _identical(first, again)
     assert entry.read_bytes() != b"not a program"
+
+
+# ---- studies of one name and the same files that differ in what they are made of
+
+
+def _fall_time_scaled(scale):
+    def fall_time(p, settings):
+        t = scale * jnp.sqrt(2 * p["height"] / G) + 0 * p["restitution"]
+        return PointResult(outputs={"last_impact": t}, status=jnp.int8(Status.SUCCESS))
+    return fall_time
+
+
+def _constant(p, settings):
+    return PointResult(outputs={"last_impact": 0 * p["height"] + 7.0}, status=jnp.int8(Status.SUCCESS))
+
+
+def test_a_study_of_the_same_name_and_files_made_otherwise_is_another_program(tmp_path, monkeypatch):
+    """Found on a GPU machine: two studies of one name, made in one test file,
+    one finish returning a constant, were one key, and the program stored for
+    the first was served for the second. Each is now its own program, in a
+    later process too: another function, another closed-over value, another
+    parameter range."""
+    monkeypatch.setenv("ROLLSWEEP_CACHE", str(tmp_path))
+    same_name = [dataclasses.replace(DROP, solve_point=point) for point in
+                 (_fall_time, _constant, _fall_time_scaled(1.0), _fall_time_scaled(2.0))]
+    ranged = dataclasses.replace(DROP, parameters=(
+        dataclasses.replace(DROP.parameters[0], allowed=Interval(0.0, 5.0)), DROP.parameters[1]))
+    studies = same_name + [ranged]
+    keys = {source_key.source_key(study, made="a test") for study in studies}
+    assert None not in keys and len(keys) == len(studies)
+    # A study made again alike has the same key: a later process reads what this one stored.
+    assert source_key.source_key(dataclasses.replace(DROP, solve_point=_fall_time_scaled(2.0)), made="a test") \
+        == source_key.source_key(studies[3], made="a test")
+    fall = np.sqrt(2 * COLUMNS["height"] / G)
+    expected = [fall, np.full(11, 7.0), fall, 2 * fall]
+    for _ in range(2):  # the second time from the stored programs
+        for study, want in zip(same_name, expected, strict=True):
+            _new_process()
+            plan = make_plan(study, solver="vmapped", batch=8)
+            np.testing.assert_allclose(evaluate(study, SETTINGS, COLUMNS, plan=plan).outputs["last_impact"], want,
+                                       rtol=1e-15)
+    assert len(list((tmp_path / "programs").iterdir())) == len(same_name)
+
+
+def test_a_study_holding_what_cannot_be_described_is_never_stored(traces, tmp_path, monkeypatch):
+    """A closure over an object of a class nothing can describe: no key, so its
+    program is traced in every process and never stored."""
+    class Opaque:
+        scale = 1.0
+
+    opaque = Opaque()
+
+    def fall_time(p, settings):
+        return _fall_time_scaled(opaque.scale)(p, settings)
+
+    study = dataclasses.replace(DROP, solve_point=fall_time)
+    assert source_key.source_key(study) is None
+    monkeypatch.setenv("ROLLSWEEP_CACHE", str(tmp_path))
+    plan = make_plan(study, solver="vmapped", batch=8)
+    for _ in range(2):
+        _new_process()
+        evaluate(study, SETTINGS, COLUMNS, plan=plan)
+    assert len(traces) == 2 and not (tmp_path / "programs").exists()

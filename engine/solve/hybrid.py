@@ -514,9 +514,12 @@ def _finish_program(finish, params, solution: HybridSolution, settings: SolverSe
 
 def _results_program(jaxpr, live) -> tuple:
     """What a finish's program (_finish_program) computes toward its results,
-    comparable across traces: each such operation's primitive, parameters and
-    result shapes, and the results that are constants."""
-    operations = tuple((eqn.primitive.name, str(eqn.params), tuple(str(v.aval) for v in eqn.outvars))
+    comparable across traces: each such operation's primitive, parameters,
+    constant operands and result shapes, and the results that are constants.
+    (A constant operand: a finish's output of the log's length, masked by the
+    engine, is a select of that constant.)"""
+    operations = tuple((eqn.primitive.name, str(eqn.params), tuple(str(v.val) for v in eqn.invars if hasattr(v, "val")),
+                        tuple(str(v.aval) for v in eqn.outvars))
                        for eqn in jaxpr.eqns if eqn.effects or any(v in live for v in eqn.outvars))
     return operations, tuple(str(v.val) if hasattr(v, "val") else str(v.aval) for v in jaxpr.outvars)
 

@@ -2,9 +2,11 @@
 
 A traced program (engine.solve.exported) and what tracing the fused kernel's
 body decides (engine.solve.kernel.stored) are pure functions of the study's
-files, the engine's source and the packages' versions, and of the settings
-they were made with: stored under a hash of all of these, a changed file,
-version or setting is a new key, so nothing stale is ever used.
+files, what the study object is made of (engine.solve.made_of: its functions'
+code and closures, its parameters), the engine's source and the packages'
+versions, and of the settings they were made with: stored under a hash of all
+of these, a changed file, study, version or setting is a new key, so nothing
+stale is ever used.
 """
 
 import functools
@@ -12,6 +14,7 @@ import hashlib
 import json
 import pathlib
 
+from engine.solve.made_of import made_of
 from engine.study.source import folder_digest, package_version, study_folder
 
 # Packages whose code goes into what is traced.
@@ -25,16 +28,24 @@ def _engine_source() -> str:
 
 
 def source_key(study, **made_with) -> str | None:
-    """A hash of the study's files, the engine's source, the packages' versions
-    and `made_with` (JSON values); None where the study's source cannot be
-    found (then nothing says when a stored result is stale)."""
+    """A hash of the study's files, what it is made of, the engine's source, the
+    packages' versions and `made_with` (JSON values); None where the study's
+    source cannot be found or what it is made of cannot be described (then
+    nothing says when a stored result is stale)."""
     folder = study_folder(study)
-    if folder is None:
+    made = made_of(study)
+    if folder is None or made is None:
         return None
     parts = {
-        "study": [study.name, study.version, folder_digest(folder)],
+        # The sources by content alone: a checkout moved elsewhere keeps its keys.
+        "study": [study.name, study.version, made.description, sorted(_digest(s) for s in made.sources | {folder})],
         "engine": _engine_source(),
         "versions": {name: package_version(name) for name in PACKAGES},
         **made_with,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _digest(source: pathlib.Path) -> str:
+    """A package's folder (engine.study.source.folder_digest), or a module's file."""
+    return folder_digest(source) if source.is_dir() else hashlib.sha256(source.read_bytes()).hexdigest()

@@ -3,10 +3,10 @@
 A fused run traced the study's kernel body twice in every process before its
 first call: for the plan's check (does the study fuse, and do its start and
 finish run inside the kernel) and for the C source of a generated backend
-(`cuda`, `host`). For a registered study both are pure functions of its code,
-the engine's source, the packages' versions and the settings
-(engine.solve.source_key), so the first process stores them in the compile
-cache's folder and later ones read them. Measured on 2 CPU cores
+(`cuda`, `host`). Both are pure functions of the study's code and what it
+is made of (engine.solve.made_of), the engine's source, the packages'
+versions and the settings (engine.solve.source_key), so the first process
+stores them in the compile cache's folder and later ones read them. Measured on 2 CPU cores
 (benchmarks/first_call.py --backend host: rolling ball, a fresh process,
 seven alternating rounds): planning 0.51-0.60 s -> 0.02 s; planning and the
 first call of 200,000 points together 1.78-1.91 s -> 1.32-1.51 s, of which
@@ -25,7 +25,6 @@ from engine._jax_setup import cache_dir
 from engine.solve._atomic_file import write_whole
 from engine.solve.kernel.c_source import KernelSource, generate
 from engine.solve.source_key import source_key
-from engine.study.interface import load_study
 
 # Version of the keys and the files: a change invalidates every entry.
 FORMAT = 1
@@ -33,17 +32,8 @@ FORMAT = 1
 
 def key(study, **made_with) -> str | None:
     """The key of what tracing `study`'s kernel body made with `made_with`
-    (None: nothing is stored for this study).
-
-    Registered studies only (`rollsweep.studies` entry points): such a study is
-    its package's code, which the key's digest covers. One made at run time (a
-    notebook's, a test's, a factory's closures) may differ from another of the
-    same name and files in what no file says."""
-    try:
-        registered = load_study(study.name) is study
-    except Exception:  # noqa: BLE001 - an unknown name, or a registry that fails to load: not stored
-        registered = False
-    return source_key(study, format=FORMAT, part="kernel", **made_with) if registered else None
+    (None: nothing is stored for this study: engine.solve.source_key)."""
+    return source_key(study, format=FORMAT, part="kernel", **made_with)
 
 
 def _path(key: str | None, suffix: str) -> pathlib.Path | None:
