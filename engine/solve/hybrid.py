@@ -28,6 +28,7 @@ import jax.numpy as jnp
 
 from engine.pytree import PytreeDataclass
 from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
+from engine.solve.solver_constants import solver_constants
 from engine.solve.stepper import step as unrolled_step
 from engine.study.status import Status
 from engine.sweep.settings import SolverSettings
@@ -207,7 +208,7 @@ class HybridSystem:
         comes from the re-step's last stage (no differentiation through the step).
         """
         condition, direction = self.transitions[j][1].condition, self.transitions[j][1].direction
-        tableau = settings.make_solver().tableau
+        tableau = solver_constants(settings.solver).tableau
         args = (mode, params)
         t0, y0, f0 = step.t_start, step.y_start, step.f_start
 

@@ -144,14 +144,13 @@ class Controller:
 
     @classmethod
     def of(cls, settings) -> "Controller":
-        import diffrax
+        """The controller SolverSettings.make_controller makes, from its constants
+        (engine.solve.solver_constants: where stored, no diffrax import)."""
+        from engine.solve.solver_constants import solver_constants
 
-        controller = settings.make_controller()
-        assert controller.pcoeff == controller.dcoeff == 0 and controller.dtmin is None and controller.dtmax is None
-        solver = settings.make_solver()
-        order = solver.error_order(diffrax.ODETerm(lambda t, y, args: y))
-        return cls(*(float(getattr(controller, k)) for k in ("rtol", "atol", "safety", "factormin", "factormax",
-                                                              "icoeff")), float(order))
+        made = solver_constants(settings.solver)
+        return cls(float(settings.rtol), float(settings.atol), made.safety, made.factormin, made.factormax,
+                   made.icoeff, made.error_order)
 
     @property
     def root(self) -> int:

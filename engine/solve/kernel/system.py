@@ -35,6 +35,7 @@ from engine.solve.hybrid import _INACTIVE, EVENT_LOG, HybridSolution, HybridSyst
 from engine.solve.kernel.jaxpr import LaneFunction, from_list, lane_vector
 from engine.solve.lanes.state import _LOCATE_TRIES, _NONFINITE_SHRINK
 from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
+from engine.solve.solver_constants import solver_constants
 from engine.solve.stepper import Components, Controller, chained
 from engine.study.status import Status
 from engine.sweep.settings import SolverSettings
@@ -176,7 +177,7 @@ class LaneSolve:
         # Rows of each array of the event log (HybridPoint.log_arrays: one where no one reads it).
         self.rows = rows or dict.fromkeys(EVENT_LOG, system.event_rows(settings.max_segments))
 
-        self.tableau = settings.make_solver().tableau
+        self.tableau = solver_constants(settings.solver).tableau
         self.controller = Controller.of(settings)
 
     def solution_shapes(self) -> HybridSolution:

@@ -23,6 +23,7 @@ from engine.solve.lanes.rows import (
 )
 from engine.solve.lanes.state import _LOCATE_TRIES, _NONFINITE_SHRINK, _Lane, _Plan, _Search
 from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
+from engine.solve.solver_constants import solver_constants
 from engine.solve.stepper import Controller, chained, inverse_root
 from engine.study.status import Status
 from engine.sweep.settings import SolverSettings
@@ -45,7 +46,7 @@ class _Machine:
         self.settings = settings
         self.accelerator = accelerator
         self.transitions = system.transitions
-        self.tableau = settings.make_solver().tableau
+        self.tableau = solver_constants(settings.solver).tableau
         self.controller = Controller.of(settings)
         self.root = self.controller.root
         self.pid = settings.make_controller()
