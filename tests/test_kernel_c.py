@@ -30,7 +30,6 @@ from test_outside_models import BLOCK, NATURAL, SETTINGS, G, _columns, impact_ti
 from engine import SolverSettings, Status
 from engine._jax_setup import float64_here
 from engine.solve import evaluate, exported, make_plan
-from engine.solve.device import detect
 from engine.solve.kernel.backends import ENV, choose, kernel_backend
 from engine.solve.kernel.body import KernelBody
 from engine.solve.kernel.c_source import KernelUnsupported, generate, literal
@@ -58,15 +57,14 @@ def _solve(study, solver, columns, settings=None, batch=64):
     """A batch solved; the fused solver's kernel by the host backend. The
     batch function is built afresh (the process's cache of batch functions
     does not name the kernel backend) and not exported (a program calling the
-    host kernel cannot be: the attempt would only trace it twice). On the
-    CPU, where the host backend runs: on a GPU machine too."""
+    host kernel cannot be: the attempt would only trace it twice)."""
     settings = settings or SolverSettings()
     env = {ENV: "host"} if solver == "fused" else {}
     evaluate_module = sys.modules["engine.solve.evaluate"]
     evaluate_module.compiled.cache_clear()
     try:
         with mock.patch.dict(os.environ, env), mock.patch.object(exported, "program", lambda make, key, args: make()):
-            return evaluate(study, settings, columns, plan=make_plan(study, detect("cpu"), solver=solver, batch=batch))
+            return evaluate(study, settings, columns, plan=make_plan(study, solver=solver, batch=batch))
     finally:
         evaluate_module.compiled.cache_clear()
 
