@@ -79,7 +79,8 @@ print(f"machine: {jax.devices()[0].device_kind} ({jax.default_backend()}), {os.c
       f"python {platform.python_version()}, jax {jax.__version__}, " + ", ".join(f"{n} {version(n)}" for n in names))
 print("backend", jax.default_backend())
 EOF
-part setup setup.log 20 bash -c "date -u; nvidia-smi || true; python3 '$WORK/environment.py'"
+part setup setup.log 20 bash -c "date -u; nvidia-smi || true; python3 '$WORK/environment.py';
+    echo PYTHONDONTWRITEBYTECODE=\${PYTHONDONTWRITEBYTECODE:-unset}"
 GPU=0
 grep -q '^backend gpu' "$WORK/setup.out" 2>/dev/null && GPU=1
 if [ "$SMALL" = 1 ]; then
@@ -104,6 +105,10 @@ PYTEST=(env -u ROLLSWEEP_BENCH_ROWS python3 -m pytest -p no:cacheprovider -p no:
 # timeout still names the tests that failed (the summary comes only at the end).
 if python3 -c 'import xdist' 2>/dev/null; then PYTEST+=(-v -n "$((CORES > 3 ? CORES - 2 : 1))"); else PYTEST+=(-q); fi
 [ "$SMALL" = 1 ] && PYTEST+=(-k default_solver)  # the trial: a few quick tests, the same parsing
+# TESTS="tests/test_a.py tests/test_b.py::test_c": those alone (a follow-up run: few
+# enough to finish within the timeout, so that the log ends with each failure's traceback).
+# shellcheck disable=SC2206
+[ -n "${TESTS:-}" ] && PYTEST+=(--tb=short $TESTS)
 part tests tests.log "${TESTS_S:-180}" "${PYTEST[@]}"
 
 # ---- 2. rolling ball: each engine solver's compiled calls, plain jit(vmap(diffrax)), numba
