@@ -120,17 +120,9 @@ part rolling bench.log 150 python3 benchmarks/bench_gpu.py --sizes $ROLLING_SIZE
 # shard_size or batch_size), the tolerances of bench_gpu.py: a first run (a fresh
 # machine: it traces and compiles), the same again (--overwrite: what a user's next
 # sweep pays), then 4M points (the rate between the two sizes has no start-up in it).
+source benchmarks/rolling_toml.sh
 for n in "$RUN_POINTS" "$((4 * RUN_POINTS))"; do
-    cat >"$WORK/run$n.toml" <<EOF
-study = "pingpong"
-[axes]
-spin_ratio = { linspace = [0.2, 3.0, $n] }
-[solver]
-rtol = 1e-10
-atol = 1e-12
-[run]
-out = "$WORK/run$n.zarr"
-EOF
+    rolling_toml "$n" "$WORK/run$n.zarr" >"$WORK/run$n.toml"
 done
 RS=$(printf '%q ' "${ROLLSWEEP[@]}")
 # KERNEL_BACKENDS="cuda pallas": the runs again with each kernel backend of the fused

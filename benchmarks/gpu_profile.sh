@@ -23,16 +23,8 @@ if [ -d .gpu ] && python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 1
 fi
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-cat >"$WORK/run.toml" <<EOF
-study = "pingpong"
-[axes]
-spin_ratio = { linspace = [0.2, 3.0, $N] }
-[solver]
-rtol = 1e-10
-atol = 1e-12
-[run]
-out = "$WORK/run.zarr"
-EOF
+source benchmarks/rolling_toml.sh
+rolling_toml "$N" "$WORK/run.zarr" >"$WORK/run.toml"
 # The CLI as a file, so that cProfile and importtime see the whole process.
 cat >"$WORK/cli.py" <<'EOF'
 import sys
