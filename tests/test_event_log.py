@@ -208,7 +208,9 @@ def test_a_finish_reading_event_times_keeps_them_alone_on_every_solver():
      "event_code"),
     # No array's values read at all: the result is the log's length, a constant.
     (lambda p, sol: jnp.asarray(sol.event_y.shape[0], sol.t.dtype), "event_y"),
-], ids=["length of another array", "length alone"])
+    # A constant array the trace makes from the log's length (an operand by value, not a literal).
+    (lambda p, sol: sol.t * jnp.sum(jnp.asarray(np.linspace(0.0, 1.0, sol.event_code.shape[0])[-1:])), "event_code"),
+], ids=["length of another array", "length alone", "a constant array of its length"])
 def test_a_finish_that_reads_an_arrays_shape_keeps_every_row(read, shape_of):
     """One row of an array the finish does not read would change its results
     when it reads that array's shape: every array then keeps the log's rows,

@@ -1,8 +1,9 @@
 """What tracing a study's kernel body decides, kept between processes
 (engine.solve.kernel.stored): the fused check and the generated C source are
-read, not traced again, for a registered study; made again where the stored
-file is damaged or does not fit; never stored for a study made at run time or
-for a check that failed unexpectedly."""
+read, not traced again; made again where the stored file is damaged or does
+not fit; stored under what a study is made of (engine.solve.made_of), so that
+one made at run time is its own entry, and never for a study holding what
+cannot be described or for a check that failed unexpectedly."""
 
 
 import jax.numpy as jnp

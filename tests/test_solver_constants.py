@@ -35,9 +35,13 @@ def _same(a, b) -> bool:
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_the_constants_are_diffraxs_and_read_back_bit_for_bit(solver, store):
     made = solver_constants(solver)
-    tableau = getattr(diffrax, solver)().tableau
-    assert np.array_equal(made.tableau.c, tableau.c) and np.array_equal(made.tableau.b_error, tableau.b_error)
+    diffraxs = getattr(diffrax, solver)()
+    tableau = diffraxs.tableau
+    for name in ("c", "b_sol", "b_error"):
+        assert np.array_equal(getattr(made.tableau, name), getattr(tableau, name)), name
     assert all(np.array_equal(a, b) for a, b in zip(made.tableau.a_lower, tableau.a_lower, strict=True))
+    assert made.tableau.fsal is tableau.fsal
+    assert made.error_order == diffraxs.error_order(diffrax.ODETerm(lambda t, y, args: y))
     pid = SolverSettings(solver=solver).make_controller()
     assert (made.safety, made.factormin, made.factormax, made.icoeff) == (pid.safety, pid.factormin, pid.factormax,
                                                                           pid.icoeff)
@@ -50,7 +54,11 @@ def test_the_constants_are_diffraxs_and_read_back_bit_for_bit(solver, store):
 def test_a_damaged_or_foreign_file_is_made_again(store, monkeypatch):
     made = solver_constants("Tsit5")
     (entry,) = store.glob("solver-Tsit5-*.json")
-    for damage in ("not json", "[1]", json.dumps({"tableau": {}})):
+    stored = json.loads(entry.read_text())
+    short_row = json.loads(json.dumps(stored))
+    short_row["tableau"]["a_lower"][2] = short_row["tableau"]["a_lower"][2][:-1]
+    for damage in ("not json", "[1]", json.dumps({"tableau": {}}), json.dumps(short_row),
+                   json.dumps(stored | {"tableau": stored["tableau"] | {"dtype": "float32"}})):
         entry.write_text(damage)
         solver_constants.cache_clear()
         assert _same(solver_constants("Tsit5"), made), damage
@@ -82,4 +90,4 @@ def test_a_later_process_traces_the_fused_kernel_without_diffrax(tmp_path):
         print(sorted({m.partition(".")[0] for m in sys.modules} & {"diffrax", "optimistix", "lineax"}))
         """
     outs = [fresh(code, tmp_path=tmp_path).splitlines()[-1] for _ in range(2)]
-    assert outs == ["['diffrax', 'lineax', 'optimistix']", "[]"], outs
+    assert "diffrax" in outs[0] and outs[1] == "[]", outs

@@ -3,7 +3,14 @@
 program, and never a program made from other code or settings."""
 
 import dataclasses
+import operator
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -194,7 +201,7 @@ def _constant(p, settings):
     return PointResult(outputs={"last_impact": 0 * p["height"] + 7.0}, status=jnp.int8(Status.SUCCESS))
 
 
-def test_a_study_of_the_same_name_and_files_made_otherwise_is_another_program(tmp_path, monkeypatch):
+def test_a_study_of_the_same_name_and_files_made_otherwise_is_another_program(traces, tmp_path, monkeypatch):
     """Found on a GPU machine: two studies of one name, made in one test file,
     one finish returning a constant, were one key, and the program stored for
     the first was served for the second. Each is now its own program, in a
@@ -213,12 +220,13 @@ def test_a_study_of_the_same_name_and_files_made_otherwise_is_another_program(tm
         == source_key.source_key(studies[3], made="a test")
     fall = np.sqrt(2 * COLUMNS["height"] / G)
     expected = [fall, np.full(11, 7.0), fall, 2 * fall]
-    for _ in range(2):  # the second time from the stored programs
+    for round_ in range(2):
         for study, want in zip(same_name, expected, strict=True):
             _new_process()
             plan = make_plan(study, solver="vmapped", batch=8)
             np.testing.assert_allclose(evaluate(study, SETTINGS, COLUMNS, plan=plan).outputs["last_impact"], want,
                                        rtol=1e-15)
+        assert len(traces) == len(same_name), round_  # the second round: every program read, none traced
     assert len(list((tmp_path / "programs").iterdir())) == len(same_name)
 
 
@@ -241,3 +249,71 @@ def test_a_study_holding_what_cannot_be_described_is_never_stored(traces, tmp_pa
         _new_process()
         evaluate(study, SETTINGS, COLUMNS, plan=plan)
     assert len(traces) == 2 and not (tmp_path / "programs").exists()
+
+
+def _scaled_by_global(p, settings):
+    return PointResult(outputs={"last_impact": SCALE * p["height"]}, status=jnp.int8(Status.SUCCESS))
+
+
+SCALE = 1.0
+
+
+def _with_point(point):
+    return dataclasses.replace(DROP, solve_point=point)
+
+
+def test_what_a_study_is_made_of_is_told_apart(monkeypatch):
+    """Each pair traces to other programs, and has other keys: a packaged
+    object made with values of its own (an itemgetter), a mapping in another
+    order (a trace may follow it), a global its code names set at run time.
+    A class made inside a function (its methods' closures unnamed) and an
+    object of no known kind are not described: no key."""
+    def key(point):
+        return source_key.source_key(_with_point(point))
+
+    def picking(picker):
+        return lambda p, settings: _fall_time(p, settings) if picker(p) is None else _fall_time(p, settings)
+
+    assert key(picking(operator.itemgetter("height"))) is None  # made with a value: not named by its name
+    weights = [{"a": 1.0, "b": 2.0}, {"b": 2.0, "a": 1.0}]
+    ordered = [key(lambda p, settings, w=w: _fall_time(p, settings) if list(w.values())[0] else None) for w in weights]
+    assert None not in ordered and ordered[0] != ordered[1]
+    before = key(_scaled_by_global)
+    monkeypatch.setattr(sys.modules[__name__], "SCALE", 2.0)
+    assert key(_scaled_by_global) not in (None, before)
+
+    def local_class():
+        class Pick:
+            def __call__(self, p):
+                return p["height"]
+        return Pick()
+
+    picker = local_class()
+    assert key(lambda p, settings: _fall_time(p, settings) if picker(p) is None else None) is None
+    assert key(jax.jit(_fall_time)) not in (None, key(_fall_time))  # a wrapper, described by what it wraps
+
+
+def test_keys_are_the_same_in_another_process(tmp_path):
+    """No memory address or hash order in a description: other interpreters
+    (other PYTHONHASHSEEDs) compute the same keys."""
+    from test_lazy_imports import ENV
+    from test_outside_models import NATURAL
+
+    from studies.pingpong import STUDY
+
+    code = textwrap.dedent("""
+        from studies.pingpong import STUDY
+        from test_outside_models import NATURAL
+        from test_warm_start import BALL
+        from engine.solve.source_key import source_key
+        print([source_key(s, made="a test") for s in (NATURAL, BALL, STUDY)])
+        """)
+    here = [source_key.source_key(s, made="a test") for s in (NATURAL, BALL, STUDY)]
+    assert None not in here
+    tests = pathlib.Path(__file__).resolve().parent
+    for seed in ("1", "2"):
+        env = ENV | {"PYTHONHASHSEED": seed, "ROLLSWEEP_CACHE": str(tmp_path),
+                     "PYTHONPATH": os.pathsep.join((str(tests), ENV["PYTHONPATH"]))}
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.splitlines()[-1] == str(here), seed

@@ -20,11 +20,13 @@ tolerance.
 """
 
 import dataclasses
+import hashlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from engine.pytree import PytreeDataclass
 from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
@@ -490,7 +492,7 @@ def event_log_read(finish, params, solution: HybridSolution, settings: SolverSet
     return _log_read(*_finish_program(finish, params, solution, settings))
 
 
-def _log_read(jaxpr, live) -> frozenset[str]:
+def _log_read(jaxpr, live, _consts) -> frozenset[str]:
     """The log arrays among a finish's program's inputs (_finish_program) that its results depend on."""
     log_inputs = jaxpr.invars[-len(EVENT_LOG):]
     return frozenset(name for name, v in zip(EVENT_LOG, log_inputs, strict=True) if v in live)
@@ -498,31 +500,41 @@ def _log_read(jaxpr, live) -> frozenset[str]:
 
 def _finish_program(finish, params, solution: HybridSolution, settings: SolverSettings):
     """finish(params, solution, settings) traced, the log's arrays its last
-    three inputs, and the variables its results depend on."""
+    three inputs; the variables its results depend on; and the values of its
+    constants (arrays the trace made, a np.linspace of the log's length say)."""
     def finish_of_log(p, sol, *log):
         return finish(p, dataclasses.replace(sol, **dict(zip(EVENT_LOG, log, strict=True))), settings)
 
     # Shapes, not values: `params` may be a vmapped trace's.
     shapes = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)),
                                     (params, solution, *(getattr(solution, k) for k in EVENT_LOG)))
-    jaxpr = jax.make_jaxpr(finish_of_log)(*shapes).jaxpr
+    closed = jax.make_jaxpr(finish_of_log)(*shapes)
+    jaxpr = closed.jaxpr
     live = {v for v in jaxpr.outvars if not hasattr(v, "val")}  # variables, not literals
     for eqn in reversed(jaxpr.eqns):
         if eqn.effects or any(v in live for v in eqn.outvars):
             live.update(v for v in eqn.invars if not hasattr(v, "val"))
-    return jaxpr, live
+    return jaxpr, live, dict(zip(jaxpr.constvars, closed.consts, strict=True))
 
 
-def _results_program(jaxpr, live) -> tuple:
+def _results_program(jaxpr, live, consts) -> tuple:
     """What a finish's program (_finish_program) computes toward its results,
     comparable across traces: each such operation's primitive, parameters,
-    constant operands and result shapes, and the results that are constants.
-    (A constant operand: a finish's output of the log's length, masked by the
-    engine, is a select of that constant.)"""
-    operations = tuple((eqn.primitive.name, str(eqn.params), tuple(str(v.val) for v in eqn.invars if hasattr(v, "val")),
+    constant operands (literals and arrays, by value) and result shapes, and
+    the results, constants by value. (A constant operand: a finish's output of
+    the log's length, masked by the engine, is a select of that constant.)"""
+    def value(v):
+        if hasattr(v, "val"):
+            return str(v.val)
+        if v in consts:
+            array = np.asarray(consts[v])
+            return f"{array.dtype.str}{array.shape}:{hashlib.sha256(array.tobytes()).hexdigest()}"
+        return None
+
+    operations = tuple((eqn.primitive.name, str(eqn.params), tuple(value(v) for v in eqn.invars),
                         tuple(str(v.aval) for v in eqn.outvars))
                        for eqn in jaxpr.eqns if eqn.effects or any(v in live for v in eqn.outvars))
-    return operations, tuple(str(v.val) if hasattr(v, "val") else str(v.aval) for v in jaxpr.outvars)
+    return operations, tuple(value(v) or str(v.aval) for v in jaxpr.outvars)
 
 
 # A solution's event log: what HybridPoint.log_rows keeps only where a finish reads it.

@@ -8,10 +8,14 @@ is traced in every process; importing diffrax only to read these numbers cost
 0.38 s of a warm 1M-point run's 2.96 s on one H200 (2026-11-27). So the first
 process stores them in the cache folder, under the solver's name and diffrax's
 version (JSON: a float's repr reads back bit for bit), and later ones read them.
+The file's name also holds a digest of the code that makes them (this module
+and engine/sweep/settings.py): a change there is a new file, never a stale one.
 """
 
 import functools
+import hashlib
 import json
+import pathlib
 from typing import NamedTuple
 
 import numpy as np
@@ -63,8 +67,16 @@ def solver_constants(solver: str) -> SolverConstants:
 
 def _path(solver: str):
     folder = cache_dir()
-    name = f"solver-{solver}-diffrax-{package_version('diffrax')}-{FORMAT}.json"
+    name = f"solver-{solver}-diffrax-{package_version('diffrax')}-{FORMAT}-{_makers_digest()}.json"
     return None if folder is None else folder / "traced" / name
+
+
+@functools.cache
+def _makers_digest() -> str:
+    """A digest of the code that makes the constants: this module and the settings'."""
+    here = pathlib.Path(__file__).resolve()
+    makers = (here, here.parent.parent / "sweep" / "settings.py")
+    return hashlib.sha256(b"".join(file.read_bytes() for file in makers)).hexdigest()[:16]
 
 
 def _from_diffrax(solver: str) -> SolverConstants:
@@ -98,7 +110,18 @@ def _read(path) -> SolverConstants | None:
         t = data["tableau"]
         dtype = np.dtype(t["dtype"])
         tableau = Tableau(np.asarray(t["c"], dtype), tuple(np.asarray(a, dtype) for a in t["a_lower"]),
-                          np.asarray(t["b_sol"], dtype), np.asarray(t["b_error"], dtype), bool(t["fsal"]))
-        return SolverConstants(tableau, *(float(data[k]) for k in SolverConstants._fields[1:]))
+                          np.asarray(t["b_sol"], dtype), np.asarray(t["b_error"], dtype), t["fsal"])
+        constants = SolverConstants(tableau, *(float(data[k]) for k in SolverConstants._fields[1:]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    return constants if _well_formed(tableau) else None
+
+
+def _well_formed(t: Tableau) -> bool:
+    """An explicit Runge-Kutta tableau of s + 1 stages: c and a_lower's rows of
+    s, row i of i + 1 coefficients, b_sol and b_error of s + 1; float64."""
+    stages = len(t.c)
+    arrays = (t.c, *t.a_lower, t.b_sol, t.b_error)
+    return (isinstance(t.fsal, bool) and all(a.dtype == np.float64 and a.ndim == 1 for a in arrays)
+            and [len(a) for a in t.a_lower] == list(range(1, stages + 1))
+            and len(t.b_sol) == len(t.b_error) == stages + 1)
