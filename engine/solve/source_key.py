@@ -36,9 +36,12 @@ def source_key(study, **made_with) -> str | None:
     made = made_of(study)
     if folder is None or made is None:
         return None
+    try:  # the sources by content alone: a checkout moved elsewhere keeps its keys
+        sources = sorted(_digest(s) for s in made.sources | {folder})
+    except OSError:  # a source that cannot be read (a module in a zip file): nothing says when it changes
+        return None
     parts = {
-        # The sources by content alone: a checkout moved elsewhere keeps its keys.
-        "study": [study.name, study.version, made.description, sorted(_digest(s) for s in made.sources | {folder})],
+        "study": [study.name, study.version, made.description, sources],
         "engine": _engine_source(),
         "versions": {name: package_version(name) for name in PACKAGES},
         **made_with,
