@@ -163,3 +163,33 @@ def test_an_accelerator_makes_a_fixed_parameters_batch_with_the_same_bits(dtype,
     assert module._broadcast.cache_info().currsize == 1  # the device's way was taken
     for host, device, value in zip(on_cpu, on_device, values, strict=True):
         assert np.asarray(device).tobytes() == np.asarray(host).tobytes() == np.full(64, value).tobytes()
+
+
+def test_a_plans_calls_run_on_its_platform(monkeypatch):
+    """evaluate and load_ahead enter the plan's platform, as a run's tasks do:
+    a CPU plan on a GPU machine (the host kernel; a sweep too small for the
+    GPU) otherwise ran its calls on the GPU. Here, where the CPU is the only
+    platform, the platform each entered is recorded."""
+    import contextlib
+    import sys
+
+    from engine.solve import make_plan
+    from engine.solve.evaluate import load_ahead
+
+    evaluate_module = sys.modules["engine.solve.evaluate"]  # engine.solve's `evaluate` is the function
+
+    entered = []
+    real = evaluate_module.on_platform
+
+    @contextlib.contextmanager
+    def recording(platform):
+        entered.append(platform)
+        with real(platform):
+            yield
+
+    monkeypatch.setattr(evaluate_module, "on_platform", recording)
+    plan = make_plan(REGIME, solver="vmapped", batch=8)
+    params = {p.name: np.full(8, p.default) for p in REGIME.parameters}
+    load_ahead(REGIME, SolverSettings(), params, plan=plan)
+    evaluate(REGIME, SolverSettings(), params, plan=plan)
+    assert entered == [plan.device.platform] * 2

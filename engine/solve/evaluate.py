@@ -6,6 +6,7 @@ shard size, and there is a single compilation per process.
 """
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import os
@@ -20,7 +21,7 @@ import engine.stages as stages
 from engine._jax_setup import float64_here
 from engine.solve._host_memory import keep_freed_memory
 from engine.solve.base import Plan
-from engine.solve.device import current_device
+from engine.solve.device import current_device, on_platform
 from engine.solve.plan import make_plan
 from engine.sweep.settings import SolverSettings
 
@@ -217,22 +218,29 @@ def _call_args(columns: dict, fixed: dict, start: int, stop: int, batch: int, ac
     return args | fixed
 
 
-def _in_settings_dtype(fn):
-    """fn(study, settings, ...) under JAX's x64 where its settings are float64
-    and the calling thread has no x64 (a notebook that never ran `engine.run`):
-    there it solved in float32, with a warning of JAX's only (the bouncing ball
-    at rtol 1e-10: 15,000 steps a point instead of 60)."""
+def _in_settings_and_plan(fn):
+    """fn(study, settings, ..., plan=...) under JAX's x64 where its settings are
+    float64 and the calling thread has no x64 (a notebook that never ran
+    `engine.run`: there it solved in float32, with a warning of JAX's only, the
+    bouncing ball at rtol 1e-10 taking 15,000 steps a point instead of 60); and
+    with its calls on the plan's platform (engine.solve.device.on_platform), as
+    a run's tasks have them: a CPU plan on a GPU machine (the host kernel, a
+    sweep too small for the GPU) otherwise ran on the GPU, where the host
+    kernel cannot read its buffers."""
+
     @functools.wraps(fn)
-    def in_dtype(study, settings: SolverSettings, *args, **kwargs):
-        if jnp.dtype(settings.dtype) == jnp.float64 and not jax.config.jax_enable_x64:
-            with float64_here():
-                return fn(study, settings, *args, **kwargs)
-        return fn(study, settings, *args, **kwargs)
+    def in_settings_and_plan(study, settings: SolverSettings, *args, **kwargs):
+        with contextlib.ExitStack() as context:
+            if jnp.dtype(settings.dtype) == jnp.float64 and not jax.config.jax_enable_x64:
+                context.enter_context(float64_here())
+            if kwargs.get("plan") is not None:
+                context.enter_context(on_platform(kwargs["plan"].device.platform))
+            return fn(study, settings, *args, **kwargs)
 
-    return in_dtype
+    return in_settings_and_plan
 
 
-@_in_settings_dtype  # as evaluate: its program is the one evaluate calls
+@_in_settings_and_plan  # as evaluate: its program is the one evaluate calls
 def load_ahead(study, settings: SolverSettings, params: dict, outputs=None, *, plan: Plan):
     """Make ready, before the first call, the program that `evaluate` of
     `params` (any points of the sweep: the arguments' kinds matter, not their
@@ -257,7 +265,7 @@ def load_ahead(study, settings: SolverSettings, params: dict, outputs=None, *, p
         return None
 
 
-@_in_settings_dtype
+@_in_settings_and_plan
 def evaluate(
     study,
     settings: SolverSettings,
@@ -277,7 +285,7 @@ def evaluate(
     `batch_size` (points per call) and `width` (points in flight).
 
     Settings of float64 (the default) solve in float64 wherever this is
-    called from (_in_settings_dtype).
+    called from (_in_settings_and_plan).
     """
     if plan is None:
         plan = make_plan(study, solver=solver, batch=batch_size, width=width)
