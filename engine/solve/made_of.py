@@ -30,9 +30,10 @@ import numpy as np
 from engine.study.source import package_version
 
 # Packages whose functions and objects are named by their versions (in the key):
-# jnp.abs, a ufunc, diffrax's solvers.
-PACKAGED = frozenset({"jax", "jaxlib", "numpy", "diffrax", "equinox", "lineax", "optimistix", "math", "operator",
-                      "builtins", "functools"})
+# jnp.abs, a ufunc, diffrax's solvers; and Python's standard library (by the
+# byte code's Python, which a function's code hash holds).
+PACKAGED = frozenset({"jax", "jaxlib", "numpy", "diffrax", "equinox", "lineax", "optimistix"}) | frozenset(
+    sys.stdlib_module_names)
 # Study fields no program is traced from.
 UNTRACED = frozenset({"title", "source", "figures", "demo_configs", "read_parameter_file"})
 _SIMPLE = (type(None), bool, int, float, complex, str, bytes)
@@ -194,8 +195,20 @@ def _code(code: types.CodeType) -> str:
 
 
 def _placeless(code: types.CodeType) -> types.CodeType:
-    consts = tuple(_placeless(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
-    return code.replace(co_filename="", co_consts=consts)
+    return code.replace(co_filename="", co_consts=tuple(_const(c) for c in code.co_consts))
+
+
+def _const(const):
+    """A code object's constant as marshal writes it the same in every process:
+    a frozenset (`x in {"a", "b"}`) in the order of its elements' reprs, not of
+    their hashes (which PYTHONHASHSEED changes from process to process)."""
+    if isinstance(const, types.CodeType):
+        return _placeless(const)
+    if isinstance(const, frozenset):
+        return ("frozenset", *sorted((_const(c) for c in const), key=repr))
+    if isinstance(const, tuple):
+        return tuple(_const(c) for c in const)
+    return const
 
 
 def _root(module: str | None) -> str:
