@@ -294,8 +294,8 @@ def test_what_a_study_is_made_of_is_told_apart(monkeypatch):
 
 
 def _fall_time_of_a_set(p, settings):
-    """A set constant in its code (marshalled in its hash order, which
-    PYTHONHASHSEED changes, unless made_of orders it)."""
+    """A set constant in its code, which its hash order (PYTHONHASHSEED) must
+    not reach the key through (marshal writes a frozenset sorted since Python 3.11)."""
     scale = 1.0 if "height" in {"height", "restitution", "drop", "bounce", "rest"} else 2.0
     return _fall_time_scaled(scale)(p, settings)
 

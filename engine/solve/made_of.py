@@ -195,20 +195,8 @@ def _code(code: types.CodeType) -> str:
 
 
 def _placeless(code: types.CodeType) -> types.CodeType:
-    return code.replace(co_filename="", co_consts=tuple(_const(c) for c in code.co_consts))
-
-
-def _const(const):
-    """A code object's constant as marshal writes it the same in every process:
-    a frozenset (`x in {"a", "b"}`) in the order of its elements' reprs, not of
-    their hashes (which PYTHONHASHSEED changes from process to process)."""
-    if isinstance(const, types.CodeType):
-        return _placeless(const)
-    if isinstance(const, frozenset):
-        return ("frozenset", *sorted((_const(c) for c in const), key=repr))
-    if isinstance(const, tuple):
-        return tuple(_const(c) for c in const)
-    return const
+    consts = tuple(_placeless(c) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename="", co_consts=consts)
 
 
 def _root(module: str | None) -> str:
