@@ -210,7 +210,10 @@ def test_a_finish_reading_event_times_keeps_them_alone_on_every_solver():
     (lambda p, sol: jnp.asarray(sol.event_y.shape[0], sol.t.dtype), "event_y"),
     # A constant array the trace makes from the log's length (an operand by value, not a literal).
     (lambda p, sol: sol.t * jnp.sum(jnp.asarray(np.linspace(0.0, 1.0, sol.event_code.shape[0])[-1:])), "event_code"),
-], ids=["length of another array", "length alone", "a constant array of its length"])
+    # The same inside a jitted function: a constant of the program the operation holds.
+    (lambda p, sol: jax.jit(lambda t: t * jnp.sum(jnp.asarray(np.linspace(0.0, 1.0, sol.event_code.shape[0])[-1:])))(
+        sol.t), "event_code"),
+], ids=["length of another array", "length alone", "a constant array of its length", "the same in a jit"])
 def test_a_finish_that_reads_an_arrays_shape_keeps_every_row(read, shape_of):
     """One row of an array the finish does not read would change its results
     when it reads that array's shape: every array then keeps the log's rows,
@@ -262,3 +265,24 @@ def test_a_long_log_read_on_lanes_with_padding(accelerator):
         np.testing.assert_array_equal(padded.outputs[name][:37], per_point.outputs[name][:37], err_msg=name)
     for name in ("last", "sum_t", "sum_speed"):
         np.testing.assert_allclose(padded.outputs[name][:37], per_point.outputs[name][:37], rtol=1e-11, err_msg=name)
+
+
+def test_a_finish_closing_over_a_prng_key_keeps_its_log_and_runs():
+    """A typed PRNG key among the finish's constants has no plain value to
+    compare (it failed when the constants were compared as arrays): compared
+    as itself, the one key both traces close over, so a finish that reads no
+    log keeps one row, as any other."""
+    import bouncing_ball as ball
+
+    key = jax.random.key(0)
+    finish = _finish_reading(lambda p, sol: sol.t + 0 * jax.random.uniform(key, dtype=sol.t.dtype))
+    params = {p.name: jax.ShapeDtypeStruct((), jnp.float64) for p in ball.STUDY.parameters}
+    settings = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=24)
+    assert log_rows_read_of(ball.SYSTEM, finish, params, settings) == dict.fromkeys(("event_t", "event_y",
+                                                                                     "event_code"), 1)
+
+
+def log_rows_read_of(system, finish, params, settings):
+    from engine.solve.hybrid import log_rows_read
+
+    return log_rows_read(system, finish, params, Y0, settings)

@@ -9,6 +9,8 @@ import pathlib
 import subprocess
 import sys
 import textwrap
+import types
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -327,3 +329,52 @@ def test_keys_are_the_same_in_another_process(tmp_path):
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         assert done.stdout.splitlines()[-1] == str(here), seed
+
+
+class _Weights(NamedTuple):
+    """A NamedTuple of the study's own: its property's code is in the key."""
+
+    a: float
+    b: float
+
+    @property
+    def total(self):
+        return self.a + self.b
+
+
+def _scaled_by_weights(p, settings):
+    return _fall_time_scaled(WEIGHTS.total)(p, settings)
+
+
+WEIGHTS = _Weights(1.0, 0.0)
+
+
+def test_more_that_a_study_is_made_of(monkeypatch):
+    """A second review's counter-examples: a class of the study's own by its
+    methods (a NamedTuple's property changed at run time is another key); an
+    object of no known kind named as a global (a namespace of settings) is not
+    described, nor is one an attribute names; a jax.custom_jvp by its rule too;
+    a weak-typed array is not a strong one."""
+    def key(point):
+        return source_key.source_key(_with_point(point))
+
+    before = key(_scaled_by_weights)
+    assert before is not None
+    monkeypatch.setattr(_Weights, "total", property(lambda self: self.a - self.b))
+    assert key(_scaled_by_weights) not in (None, before)
+    monkeypatch.setattr(sys.modules[__name__], "SCALE", types.SimpleNamespace(value=1.0))
+    assert key(_scaled_by_global) is None
+
+    def with_rule(rule):
+        @jax.custom_jvp
+        def f(x):
+            return x
+
+        f.defjvp(rule)
+        return lambda p, settings: _fall_time_scaled(1.0)(p, settings) if f(p["height"]) is None else None
+
+    rules = [lambda primals, tangents: (primals[0], tangents[0]),
+             lambda primals, tangents: (primals[0], 2 * tangents[0])]
+    assert len({key(with_rule(rule)) for rule in rules}) == 2
+    weak, strong = jnp.asarray(1 / 3), jnp.asarray(1 / 3, jnp.float64)
+    assert len({key(lambda p, s, c=c: _fall_time_scaled(c)(p, s)) for c in (weak, strong)}) == 2

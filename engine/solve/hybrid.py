@@ -526,15 +526,35 @@ def _results_program(jaxpr, live, consts) -> tuple:
     def value(v):
         if hasattr(v, "val"):
             return str(v.val)
-        if v in consts:
-            array = np.asarray(consts[v])
-            return f"{array.dtype.str}{array.shape}:{hashlib.sha256(array.tobytes()).hexdigest()}"
-        return None
+        return _constant(consts[v]) if v in consts else None
 
-    operations = tuple((eqn.primitive.name, str(eqn.params), tuple(value(v) for v in eqn.invars),
-                        tuple(str(v.aval) for v in eqn.outvars))
+    operations = tuple((eqn.primitive.name, str(eqn.params), _inner_constants(eqn.params),
+                        tuple(value(v) for v in eqn.invars), tuple(str(v.aval) for v in eqn.outvars))
                        for eqn in jaxpr.eqns if eqn.effects or any(v in live for v in eqn.outvars))
     return operations, tuple(value(v) or str(v.aval) for v in jaxpr.outvars)
+
+
+def _constant(value) -> str:
+    """A trace's constant by value; one that is no plain array (a typed PRNG
+    key) by identity, which no other trace's equals: every row is then kept."""
+    try:
+        array = np.asarray(value)
+    except Exception:  # noqa: BLE001 - not comparable by value: never equal
+        return f"<{type(value).__name__} at {id(value)}>"
+    return f"{array.dtype.str}{array.shape}:{hashlib.sha256(array.tobytes()).hexdigest()}"
+
+
+def _inner_constants(params) -> tuple:
+    """The constants of the programs an operation holds (a jit's, a cond's
+    branches'), by value: their parameters print only their shapes."""
+    found = []
+    for param in params.values():
+        for item in param if isinstance(param, (tuple, list)) else (param,):
+            inner = getattr(item, "jaxpr", item)  # a closed program's, or a program
+            found += [_constant(c) for c in getattr(item, "consts", ())]
+            for eqn in getattr(inner, "eqns", ()):
+                found += _inner_constants(eqn.params)
+    return tuple(found)
 
 
 # A solution's event log: what HybridPoint.log_rows keeps only where a finish reads it.

@@ -19,9 +19,12 @@ import dataclasses
 import enum
 import functools
 import hashlib
+import logging
 import marshal
 import pathlib
 import sys
+import sysconfig
+import threading
 import types
 
 import jax
@@ -30,10 +33,12 @@ import numpy as np
 from engine.study.source import package_version
 
 # Packages whose functions and objects are named by their versions (in the key):
-# jnp.abs, a ufunc, diffrax's solvers; and Python's standard library (by the
-# byte code's Python, which a function's code hash holds).
-PACKAGED = frozenset({"jax", "jaxlib", "numpy", "diffrax", "equinox", "lineax", "optimistix"}) | frozenset(
-    sys.stdlib_module_names)
+# jnp.abs, a ufunc, diffrax's solvers. Python's standard library is named by
+# the byte code's Python, which a function's code hash holds (_versioned).
+PACKAGES = frozenset({"jax", "jaxlib", "numpy", "diffrax", "equinox", "lineax", "optimistix"})
+_STDLIB = pathlib.Path(sysconfig.get_paths()["stdlib"]).resolve()
+# Globals of kinds no trace reads, described by their type alone.
+_INERT = (logging.Logger, logging.LoggerAdapter, type(threading.Lock()), type(threading.RLock()))
 # Study fields no program is traced from.
 UNTRACED = frozenset({"title", "source", "figures", "demo_configs", "read_parameter_file"})
 _SIMPLE = (type(None), bool, int, float, complex, str, bytes)
@@ -72,9 +77,9 @@ class _Walk:
         self.failed: set[int] = set()  # ids of values that could not be described
 
     def describe(self, value, path: frozenset):
-        if isinstance(value, enum.Enum):
-            return ["enum", self.name(type(value)), repr(value.value)]
-        if isinstance(value, _SIMPLE):
+        if isinstance(value, enum.Enum):  # by name: a value may be an object whose repr holds an address
+            return ["enum", self.name(type(value)), value.name]
+        if type(value) in _SIMPLE:
             return [type(value).__name__, repr(value)]
         if id(value) in path:  # a value that holds itself (a recursive closure)
             return "cycle"
@@ -92,22 +97,30 @@ class _Walk:
 
     def _described(self, value, path):
         describe = functools.partial(self.describe, path=path)
+        kind = type(value)
+        # A subclass of a builtin (a NamedTuple, a str enum-like) by its class too: its methods trace.
+        own_class = [] if kind.__module__ == "builtins" else [describe(kind)]
+        if isinstance(value, _SIMPLE):
+            simple = next(t for t in kind.__mro__ if t in _SIMPLE)
+            return [simple.__name__, repr(simple(value)), *own_class]
         if isinstance(value, (tuple, list)):
-            return [type(value).__name__, [describe(v) for v in value]]
-        if isinstance(value, (set, frozenset)):
-            return [type(value).__name__, sorted((describe(v) for v in value), key=repr)]
+            return [kind.__name__, [describe(v) for v in value], *own_class]
+        if isinstance(value, (set, frozenset)):  # in an order of their own descriptions, not of their hashes
+            ordered = sorted(value, key=lambda v: repr(_Walk().describe(v, frozenset())))
+            return [kind.__name__, [describe(v) for v in ordered], *own_class]
         if isinstance(value, dict | types.MappingProxyType):  # in its own order: a trace may follow it
-            return [type(value).__qualname__, [[describe(k), describe(v)] for k, v in value.items()],
-                    describe(getattr(value, "default_factory", None))]
+            return [kind.__qualname__, [[describe(k), describe(v)] for k, v in value.items()],
+                    describe(getattr(value, "default_factory", None)), *own_class]
         if isinstance(value, np.ma.MaskedArray):
             raise Undescribed("a masked array")
         if isinstance(value, np.ndarray | np.generic | jax.Array):
             array = np.asarray(value)
             if array.dtype.hasobject:
                 raise Undescribed("an array of objects")
-            return ["array", array.dtype.str, list(array.shape), hashlib.sha256(array.tobytes()).hexdigest()]
+            return ["array", kind.__qualname__, str(array.dtype.descr), array.dtype.name, list(array.shape),
+                    bool(getattr(value, "weak_type", False)), hashlib.sha256(array.tobytes()).hexdigest()]
         if isinstance(value, type):
-            return ["class", self.name(value)]
+            return self._class(value, describe)
         if isinstance(value, types.ModuleType):
             return ["module", value.__name__, self.source_of(value)]
         if isinstance(value, functools.partial):
@@ -116,34 +129,76 @@ class _Walk:
             return ["method", describe(value.__func__), describe(value.__self__)]
         if isinstance(value, types.FunctionType):
             return self._function(value, describe)
+        if isinstance(value, property):
+            return ["property", describe(value.fget), describe(value.fset), describe(value.fdel)]
+        if isinstance(value, staticmethod | classmethod):
+            return [kind.__name__, describe(value.__func__)]
+        if isinstance(value, jax.custom_jvp):  # its rule traces too (event location differentiates conditions)
+            return ["custom_jvp", describe(value.fun), describe(value.jvp), describe(value.nondiff_argnums)]
+        if isinstance(value, jax.custom_vjp):
+            return ["custom_vjp", describe(value.fun), describe(value.fwd), describe(value.bwd)]
         if dataclasses.is_dataclass(value):
-            return ["dataclass", self.name(type(value)),
-                    [[f.name, describe(getattr(value, f.name))] for f in dataclasses.fields(value)]]
+            return ["dataclass", describe(kind), [[f.name, describe(getattr(value, f.name))]
+                                                  for f in dataclasses.fields(value)]]
         if _packaged_by_name(value):  # jnp.abs, np.sin: named, their code the package version's
             return ["packaged", value.__module__, _qualname(value)]
-        if _root(type(value).__module__) in PACKAGED and callable(getattr(value, "__wrapped__", None)):
-            return ["wrapped", type(value).__qualname__, describe(value.__wrapped__)]  # jax.jit(f): f in a trace
-        raise Undescribed(f"a {type(value).__qualname__}")
+        if _versioned(kind.__module__) and callable(getattr(value, "__wrapped__", None)):
+            return ["wrapped", kind.__qualname__, describe(value.__wrapped__)]  # jax.jit(f): f in a trace
+        raise Undescribed(f"a {kind.__qualname__}")
+
+    def _class(self, cls: type, describe):
+        """A class by name; one of the study's own by its methods and class
+        attributes too (their code and callees, perhaps in other files), and its
+        bases."""
+        name = self.name(cls)
+        if _versioned(cls.__module__) or _root(cls.__module__) in ("engine", "builtins"):
+            return ["class", name]
+        own = []
+        for attr, v in vars(cls).items():
+            if isinstance(v, types.FunctionType) and v.__globals__.get("__name__") != cls.__module__:
+                continue  # made by a factory from the class's fields (a NamedTuple's __new__), which are described
+            if attr.startswith("__") and attr.endswith("__") and not isinstance(v, types.FunctionType):
+                continue  # the class's machinery (__dict__, __slots__, __dataclass_fields__...)
+            try:
+                own.append([attr, describe(v)])
+            except Undescribed:  # a descriptor of the class's machinery (a NamedTuple's field getters)
+                own.append([attr, "not described", type(v).__qualname__])
+        bases = [describe(base) for base in cls.__bases__ if base is not object]
+        return ["class", name, own, bases]
 
     def _function(self, fn: types.FunctionType, describe):
         cells = [describe(_contents(cell)) for cell in fn.__closure__ or ()]
-        if _root(fn.__module__) in PACKAGED | {"engine"}:  # its code the engine's or the package version's
+        # Where its code is: its globals' module (functools.wraps sets __module__ to the wrapped one's).
+        module = fn.__globals__.get("__name__", fn.__module__)
+        if _versioned(module) or _root(module) == "engine":  # its code the engine's or the package version's
             return ["function", self.name(fn), cells]
-        # The globals its code names (its callees, their modules, constants), by value:
-        # a helper in another folder, or a constant set at run time, is in the key too.
-        names = sorted(_global_names(fn.__code__) & fn.__globals__.keys())
-        used = [[name, self._global(fn.__globals__[name], describe)] for name in names]
-        return ["function", self.name(fn), _code(fn.__code__), describe(fn.__defaults__),
-                describe(fn.__kwdefaults__), cells, used, describe(dict(fn.__dict__))]
+        # The globals its code names (its callees, their modules and the attributes
+        # it names of them, constants), by value: a helper in another folder, or a
+        # constant set at run time, is in the key too.
+        names = _global_names(fn.__code__)
+        used = [[name, self._global(fn.__globals__[name], describe),
+                 self._attributes(fn.__globals__[name], names, describe)]
+                for name in sorted(names & fn.__globals__.keys())]
+        where = f"{module}:{fn.__qualname__}"
+        self.source_of(sys.modules.get(module), module)
+        return ["function", where, _code(fn.__code__), describe(fn.__defaults__), describe(fn.__kwdefaults__),
+                cells, used, describe(dict(fn.__dict__))]
+
+    def _attributes(self, value, names: set, describe) -> list:
+        """The attributes a function's code names of a module of the study's own
+        (`helpers.SCALE`, set at run time perhaps), by value."""
+        if not isinstance(value, types.ModuleType) or _versioned(value.__name__) or _root(value.__name__) == "engine":
+            return []
+        attributes = vars(value)
+        return [[attr, self._global(attributes[attr], describe)]
+                for attr in sorted(names & attributes.keys()) if not attr.startswith("__")]
 
     def _global(self, value, describe):
-        """A global a function names: described where it can be; else by its
-        type alone (a logger, a lock: what no trace reads), its module's file in
-        the key."""
-        try:
-            return describe(value)
-        except Undescribed:
-            return ["global of type", self.name(type(value))]
+        """A global a function names, described; one of an inert kind (a logger,
+        a lock: what no trace reads) by its type alone."""
+        if isinstance(value, _INERT):
+            return ["inert", type(value).__qualname__]
+        return describe(value)
 
     def name(self, thing) -> str:
         """`module:qualified name`, its module's source added (engine.solve.source_key)."""
@@ -160,7 +215,7 @@ class _Walk:
         site-packages folder) by its version, not its files (matplotlib's are
         thousands); returned, what names it in the description."""
         name = name or getattr(module, "__name__", None)
-        if _root(name) in PACKAGED | {"engine"}:
+        if _versioned(name) or _root(name) in ("engine", "builtins"):
             return "named by the key"
         file = getattr(module, "__file__", None)
         if file is None:  # a notebook's or an interpreter's: no file says what it is
@@ -207,12 +262,24 @@ def _qualname(thing) -> str:
     return getattr(thing, "__qualname__", None) or getattr(thing, "__name__", None) or ""
 
 
+def _versioned(module: str | None) -> bool:
+    """A module of a versioned package, or of Python's standard library (a
+    module of that name found elsewhere, a user's `code` package, is not)."""
+    root = _root(module)
+    if root in PACKAGES:
+        return True
+    if root not in sys.stdlib_module_names:
+        return False
+    file = getattr(sys.modules.get(root), "__file__", None)
+    return file is None or pathlib.Path(file).resolve().is_relative_to(_STDLIB)
+
+
 def _packaged_by_name(value) -> bool:
     """A versioned package's object that its module and name alone give back
     (jnp.abs, np.sin): not one made with values of its own (an itemgetter, a
     bound method, a dtype), which its name does not say."""
     module, qualname = getattr(value, "__module__", None), _qualname(value)
-    if not isinstance(module, str) or _root(module) not in PACKAGED or not qualname:
+    if not isinstance(module, str) or not _versioned(module) or not qualname:
         return False
     found = sys.modules.get(module)
     for part in qualname.split("."):

@@ -66,17 +66,22 @@ def solver_constants(solver: str) -> SolverConstants:
 
 
 def _path(solver: str):
-    folder = cache_dir()
-    name = f"solver-{solver}-diffrax-{package_version('diffrax')}-{FORMAT}-{_makers_digest()}.json"
-    return None if folder is None else folder / "traced" / name
+    folder, makers = cache_dir(), _makers_digest()
+    if folder is None or makers is None:
+        return None
+    return folder / "traced" / f"solver-{solver}-diffrax-{package_version('diffrax')}-{FORMAT}-{makers}.json"
 
 
 @functools.cache
-def _makers_digest() -> str:
-    """A digest of the code that makes the constants: this module and the settings'."""
+def _makers_digest() -> str | None:
+    """A digest of the code that makes the constants: this module and the
+    settings' (None where they cannot be read: then nothing is stored)."""
     here = pathlib.Path(__file__).resolve()
     makers = (here, here.parent.parent / "sweep" / "settings.py")
-    return hashlib.sha256(b"".join(file.read_bytes() for file in makers)).hexdigest()[:16]
+    try:
+        return hashlib.sha256(b"".join(file.read_bytes() for file in makers)).hexdigest()[:16]
+    except OSError:
+        return None
 
 
 def _from_diffrax(solver: str) -> SolverConstants:

@@ -33,8 +33,8 @@ def source_key(study, **made_with) -> str | None:
     source cannot be found or what it is made of cannot be described (then
     nothing says when a stored result is stale)."""
     folder = study_folder(study)
-    made = made_of(study)
-    if folder is None or made is None:
+    made = None if folder is None else made_of(study)
+    if made is None:
         return None
     try:  # the sources by content alone: a checkout moved elsewhere keeps its keys
         sources = sorted(_digest(s) for s in made.sources | {folder})
