@@ -3,6 +3,7 @@
 program, and never a program made from other code or settings."""
 
 import dataclasses
+import enum
 import operator
 import os
 import pathlib
@@ -378,3 +379,35 @@ def test_more_that_a_study_is_made_of(monkeypatch):
     assert len({key(with_rule(rule)) for rule in rules}) == 2
     weak, strong = jnp.asarray(1 / 3), jnp.asarray(1 / 3, jnp.float64)
     assert len({key(lambda p, s, c=c: _fall_time_scaled(c)(p, s)) for c in (weak, strong)}) == 2
+
+
+class _Model:
+    """A class of the study's own whose method reads a global."""
+
+    def scale(self):
+        return SCALE
+
+
+class _Kind(enum.Enum):
+    LOW = 1.0
+    HIGH = 2.0
+
+
+def _scaled_by_a_method(p, settings):
+    return _fall_time_scaled(_Model().scale())(p, settings)
+
+
+def _scaled_by_an_enum(p, settings):
+    return _fall_time_scaled(_Kind.HIGH.value)(p, settings)
+
+
+def test_a_method_reading_what_cannot_be_described_leaves_its_study_undescribed(monkeypatch):
+    """A third review's counter-example: a method of the study's own class that
+    reads a namespace of settings was kept as "not described", and the key
+    stayed the same when the namespace changed. Now the study is undescribed,
+    as when the point function reads it itself; an Enum of the study's own is
+    described by its members."""
+    assert source_key.source_key(_with_point(_scaled_by_a_method)) is not None
+    monkeypatch.setattr(sys.modules[__name__], "SCALE", types.SimpleNamespace(value=1.0))
+    assert source_key.source_key(_with_point(_scaled_by_a_method)) is None
+    assert source_key.source_key(_with_point(_scaled_by_an_enum)) is not None

@@ -551,8 +551,9 @@ def _inner_constants(params) -> tuple:
     for param in params.values():
         for item in param if isinstance(param, (tuple, list)) else (param,):
             inner = getattr(item, "jaxpr", item)  # a closed program's, or a program
-            found += [_constant(c) for c in getattr(item, "consts", ())]
-            for eqn in getattr(inner, "eqns", ()):
+            consts, eqns = getattr(item, "consts", ()), getattr(inner, "eqns", ())
+            found += [_constant(c) for c in consts] if isinstance(consts, list | tuple) else []
+            for eqn in eqns if isinstance(eqns, list | tuple) else ():
                 found += _inner_constants(eqn.params)
     return tuple(found)
 

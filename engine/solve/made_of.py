@@ -106,7 +106,7 @@ class _Walk:
         if isinstance(value, (tuple, list)):
             return [kind.__name__, [describe(v) for v in value], *own_class]
         if isinstance(value, (set, frozenset)):  # in an order of their own descriptions, not of their hashes
-            ordered = sorted(value, key=lambda v: repr(_Walk().describe(v, frozenset())))
+            ordered = sorted(value, key=lambda v: repr(_Walk().describe(v, path)))
             return [kind.__name__, [describe(v) for v in ordered], *own_class]
         if isinstance(value, dict | types.MappingProxyType):  # in its own order: a trace may follow it
             return [kind.__qualname__, [[describe(k), describe(v)] for k, v in value.items()],
@@ -153,16 +153,20 @@ class _Walk:
         name = self.name(cls)
         if _versioned(cls.__module__) or _root(cls.__module__) in ("engine", "builtins"):
             return ["class", name]
+        if issubclass(cls, enum.Enum):  # by its members (its machinery is enum's)
+            return ["enum class", name, [[member.name, describe(member.value)] for member in cls]]
         own = []
         for attr, v in vars(cls).items():
-            if isinstance(v, types.FunctionType) and v.__globals__.get("__name__") != cls.__module__:
-                continue  # made by a factory from the class's fields (a NamedTuple's __new__), which are described
+            fn = v.__func__ if isinstance(v, staticmethod | classmethod) else v
+            if isinstance(fn, types.FunctionType) and (fn.__globals__.get("__name__") != cls.__module__
+                                                       or fn.__code__.co_filename.startswith("<")):
+                continue  # made from the class's fields (a dataclass's __init__, a NamedTuple's __new__ and _make)
             if attr.startswith("__") and attr.endswith("__") and not isinstance(v, types.FunctionType):
                 continue  # the class's machinery (__dict__, __slots__, __dataclass_fields__...)
-            try:
-                own.append([attr, describe(v)])
-            except Undescribed:  # a descriptor of the class's machinery (a NamedTuple's field getters)
-                own.append([attr, "not described", type(v).__qualname__])
+            if _machinery(v):  # a NamedTuple's field getters, slots: the fields are described
+                own.append([attr, type(v).__qualname__])
+                continue
+            own.append([attr, describe(v)])  # a method or attribute that cannot be described: the class is not
         bases = [describe(base) for base in cls.__bases__ if base is not object]
         return ["class", name, own, bases]
 
@@ -254,24 +258,33 @@ def _placeless(code: types.CodeType) -> types.CodeType:
     return code.replace(co_filename="", co_consts=consts)
 
 
-def _root(module: str | None) -> str:
-    return (module or "").partition(".")[0]
+def _root(module) -> str:
+    return module.partition(".")[0] if isinstance(module, str) else ""  # (a Cython type's __module__ is no str)
 
 
 def _qualname(thing) -> str:
     return getattr(thing, "__qualname__", None) or getattr(thing, "__name__", None) or ""
 
 
-def _versioned(module: str | None) -> bool:
-    """A module of a versioned package, or of Python's standard library (a
-    module of that name found elsewhere, a user's `code` package, is not)."""
+def _versioned(module) -> bool:
+    """A module named by a version, not walked: of a versioned package, of
+    Python's standard library (a module of that name found elsewhere, a user's
+    `code` package, is not), or of an installed package (in a site-packages
+    folder: scipy's, pandas', whose Cython types cannot be walked)."""
     root = _root(module)
     if root in PACKAGES:
         return True
-    if root not in sys.stdlib_module_names:
-        return False
     file = getattr(sys.modules.get(root), "__file__", None)
-    return file is None or pathlib.Path(file).resolve().is_relative_to(_STDLIB)
+    if root in sys.stdlib_module_names:
+        return file is None or pathlib.Path(file).resolve().is_relative_to(_STDLIB)
+    return file is not None and bool({"site-packages", "dist-packages"} & set(pathlib.Path(file).parts))
+
+
+def _machinery(value) -> bool:
+    """A descriptor Python or a factory makes for a class (a NamedTuple's
+    field getter, a slot): what it reads is the instance's, described."""
+    return isinstance(value, types.MemberDescriptorType | types.GetSetDescriptorType) or (
+        type(value).__module__ in ("collections", "_collections") and type(value).__name__ == "_tuplegetter")
 
 
 def _packaged_by_name(value) -> bool:
