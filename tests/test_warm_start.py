@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from zarr import open_group
 
 from engine import (
     HybridPoint,
@@ -411,3 +412,19 @@ def test_a_method_reading_what_cannot_be_described_leaves_its_study_undescribed(
     monkeypatch.setattr(sys.modules[__name__], "SCALE", types.SimpleNamespace(value=1.0))
     assert source_key.source_key(_with_point(_scaled_by_a_method)) is None
     assert source_key.source_key(_with_point(_scaled_by_an_enum)) is not None
+
+
+def _naming_zarrs_function(p, settings):
+    """Names a function of an installed package (zarr: not one of the key's)."""
+    return _fall_time_scaled(1.0 if open_group else 2.0)(p, settings)
+
+
+def test_an_installed_packages_version_is_in_the_key(monkeypatch):
+    """A package installed in site-packages is named by its version, not walked:
+    another version of it is another key."""
+    import engine.solve.made_of as made_of_module
+
+    real = made_of_module.package_version
+    before = source_key.source_key(_with_point(_naming_zarrs_function))
+    monkeypatch.setattr(made_of_module, "package_version", lambda name: "another" if name == "zarr" else real(name))
+    assert source_key.source_key(_with_point(_naming_zarrs_function)) not in (None, before)

@@ -151,7 +151,7 @@ class _Walk:
         attributes too (their code and callees, perhaps in other files), and its
         bases."""
         name = self.name(cls)
-        if _versioned(cls.__module__) or _root(cls.__module__) in ("engine", "builtins"):
+        if _versioned(cls.__module__):
             return ["class", name]
         if issubclass(cls, enum.Enum):  # by its members (its machinery is enum's)
             return ["enum class", name, [[member.name, describe(member.value)] for member in cls]]
@@ -174,7 +174,7 @@ class _Walk:
         cells = [describe(_contents(cell)) for cell in fn.__closure__ or ()]
         # Where its code is: its globals' module (functools.wraps sets __module__ to the wrapped one's).
         module = fn.__globals__.get("__name__", fn.__module__)
-        if _versioned(module) or _root(module) == "engine":  # its code the engine's or the package version's
+        if _versioned(module):  # its code the engine's or a package version's
             return ["function", self.name(fn), cells]
         # The globals its code names (its callees, their modules and the attributes
         # it names of them, constants), by value: a helper in another folder, or a
@@ -191,7 +191,7 @@ class _Walk:
     def _attributes(self, value, names: set, describe) -> list:
         """The attributes a function's code names of a module of the study's own
         (`helpers.SCALE`, set at run time perhaps), by value."""
-        if not isinstance(value, types.ModuleType) or _versioned(value.__name__) or _root(value.__name__) == "engine":
+        if not isinstance(value, types.ModuleType) or _versioned(value.__name__):
             return []
         attributes = vars(value)
         return [[attr, self._global(attributes[attr], describe)]
@@ -205,28 +205,28 @@ class _Walk:
         return describe(value)
 
     def name(self, thing) -> str:
-        """`module:qualified name`, its module's source added (engine.solve.source_key)."""
+        """`module:qualified name (what names its module's code)`, its module's
+        source added (engine.solve.source_key)."""
         qualname = _qualname(thing)
         if "<locals>" in qualname and isinstance(thing, type):  # its methods: made at run time, unnamed
             raise Undescribed(f"the class {qualname} made inside a function")
-        self.source_of(sys.modules.get(thing.__module__), thing.__module__)
-        return f"{thing.__module__}:{qualname}"
+        return f"{thing.__module__}:{qualname} ({self.source_of(sys.modules.get(thing.__module__), thing.__module__)})"
 
     def source_of(self, module, name: str | None = None) -> str:
-        """The module's source (its package's folder, or the file of a module of
-        no package) into `sources`, unless it is the engine's or a versioned
-        package's, which the key names otherwise: an installed package's (in a
-        site-packages folder) by its version, not its files (matplotlib's are
-        thousands); returned, what names it in the description."""
+        """What names the module's code in the description, returned: the key's
+        versions (the engine, a versioned package, the standard library); an
+        installed package's version (in a site-packages folder: its files are
+        not read, matplotlib's are thousands); else its source (its package's
+        folder, or the file of a module of no package), added to `sources`."""
         name = name or getattr(module, "__name__", None)
-        if _versioned(name) or _root(name) in ("engine", "builtins"):
+        if _named_by_the_key(name):
             return "named by the key"
+        if _installed(name):
+            return f"installed {package_version(_root(name))}"
         file = getattr(module, "__file__", None)
         if file is None:  # a notebook's or an interpreter's: no file says what it is
             raise Undescribed(f"{name} has no source file")
         file = pathlib.Path(file).resolve()
-        if {"site-packages", "dist-packages"} & set(file.parts):
-            return f"installed {package_version(_root(name))}"
         self.sources.add(file.parent if getattr(module, "__package__", None) else file)
         return "its files"
 
@@ -267,16 +267,25 @@ def _qualname(thing) -> str:
 
 
 def _versioned(module) -> bool:
-    """A module named by a version, not walked: of a versioned package, of
-    Python's standard library (a module of that name found elsewhere, a user's
-    `code` package, is not), or of an installed package (in a site-packages
-    folder: scipy's, pandas', whose Cython types cannot be walked)."""
+    """A module named by a version, not walked: of a versioned package or
+    Python's standard library (the key's versions), or of an installed package
+    (scipy's, pandas', whose Cython types cannot be walked)."""
+    return _named_by_the_key(module) or _installed(module)
+
+
+def _named_by_the_key(module) -> bool:
+    """The engine's, a versioned package's, or Python's standard library's (a
+    module of that name found elsewhere, a user's `code` package, is not)."""
     root = _root(module)
-    if root in PACKAGES:
+    if root in PACKAGES | {"engine", "builtins"}:
         return True
     file = getattr(sys.modules.get(root), "__file__", None)
-    if root in sys.stdlib_module_names:
-        return file is None or pathlib.Path(file).resolve().is_relative_to(_STDLIB)
+    return root in sys.stdlib_module_names and (file is None or pathlib.Path(file).resolve().is_relative_to(_STDLIB))
+
+
+def _installed(module) -> bool:
+    """A module of a package installed in a site-packages folder."""
+    file = getattr(sys.modules.get(_root(module)), "__file__", None)
     return file is not None and bool({"site-packages", "dist-packages"} & set(pathlib.Path(file).parts))
 
 
