@@ -10,7 +10,7 @@ import pytest
 
 from engine import HybridPoint, PointResult, SolverSettings, Status
 from engine.solve import evaluate, make_plan
-from engine.solve.hybrid import event_log_read, solution_shapes
+from engine.solve.hybrid import event_log_read, log_rows_read, solution_shapes
 
 SETTINGS = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=128)
 Y0 = jax.ShapeDtypeStruct((2,), jnp.float64)
@@ -222,8 +222,6 @@ def test_a_finish_that_reads_an_arrays_shape_keeps_every_row(read, shape_of):
 
     import bouncing_ball as ball
 
-    from engine.solve.hybrid import log_rows_read
-
     settings = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=24)
     finish = _finish_reading(read)
     params = {p.name: jax.ShapeDtypeStruct((), jnp.float64) for p in ball.STUDY.parameters}
@@ -278,11 +276,5 @@ def test_a_finish_closing_over_a_prng_key_keeps_its_log_and_runs():
     finish = _finish_reading(lambda p, sol: sol.t + 0 * jax.random.uniform(key, dtype=sol.t.dtype))
     params = {p.name: jax.ShapeDtypeStruct((), jnp.float64) for p in ball.STUDY.parameters}
     settings = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=24)
-    assert log_rows_read_of(ball.SYSTEM, finish, params, settings) == dict.fromkeys(("event_t", "event_y",
-                                                                                     "event_code"), 1)
-
-
-def log_rows_read_of(system, finish, params, settings):
-    from engine.solve.hybrid import log_rows_read
-
-    return log_rows_read(system, finish, params, Y0, settings)
+    assert log_rows_read(ball.SYSTEM, finish, params, Y0, settings) == dict.fromkeys(("event_t", "event_y",
+                                                                                      "event_code"), 1)

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+import engine.sweep.settings as settings_module
 from engine._jax_setup import cache_dir
 from engine.solve._atomic_file import write_whole
 from engine.study.source import package_version
@@ -76,8 +77,7 @@ def _path(solver: str):
 def _makers_digest() -> str | None:
     """A digest of the code that makes the constants: this module and the
     settings' (None where they cannot be read: then nothing is stored)."""
-    here = pathlib.Path(__file__).resolve()
-    makers = (here, here.parent.parent / "sweep" / "settings.py")
+    makers = (pathlib.Path(__file__), pathlib.Path(settings_module.__file__))
     try:
         return hashlib.sha256(b"".join(file.read_bytes() for file in makers)).hexdigest()[:16]
     except OSError:
@@ -87,9 +87,7 @@ def _makers_digest() -> str | None:
 def _from_diffrax(solver: str) -> SolverConstants:
     import diffrax
 
-    from engine.sweep.settings import SolverSettings
-
-    settings = SolverSettings(solver=solver)
+    settings = settings_module.SolverSettings(solver=solver)
     made, controller = settings.make_solver(), settings.make_controller()
     # The steppers implement the integral controller without step bounds alone.
     assert controller.pcoeff == controller.dcoeff == 0 and controller.dtmin is None and controller.dtmax is None
