@@ -209,8 +209,8 @@ def _kernel_outputs(study, settings, selected, batch=16):
     fn = SOLVERS["fused"].batch_function(study, settings, selected, plan)
     params = {p.name: jax.ShapeDtypeStruct((batch,), jnp.float64) for p in study.parameters}
     # The kernel's call, whichever backend runs it: Pallas, or the generated
-    # kernel through buffer_callback (the default on a GPU).
-    kernels = {"pallas_call", "buffer_callback"}
+    # kernel through buffer_callback (the default on a GPU) or XLA's FFI (on CPU).
+    kernels = {"pallas_call", "buffer_callback", "ffi_call"}
     (call,) = [e for e in jax.make_jaxpr(fn)(params).jaxpr.eqns if e.primitive.name in kernels]
     return call.outvars
 

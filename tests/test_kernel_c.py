@@ -72,7 +72,8 @@ def _solve(study, solver, columns, settings=None, batch=64):
 def test_the_host_backend_is_chosen_when_asked():
     choice = kernel_backend(PINGPONG, "cpu", request="host")
     assert choice.name == "host", choice.why
-    assert kernel_backend(PINGPONG, "cpu").name == "pallas"  # the CPU default is unchanged
+    assert kernel_backend(PINGPONG, "cpu").name == "host"  # the CPU default
+    assert kernel_backend(PINGPONG, "cpu", request="pallas").name == "pallas"
     with mock.patch.dict(os.environ, {ENV: "nonsense"}), pytest.raises(ValueError, match=ENV):
         kernel_backend(PINGPONG, "cpu")
 
@@ -584,14 +585,30 @@ def test_cuda_source_compiles_with_nvrtc(study, settings):
     assert cubin[:4] == b"\x7fELF"
 
 
-def test_a_kernel_of_more_columns_than_ctypes_passes_is_refused_before_compiling():
+def test_a_kernel_of_more_columns_than_ctypes_passes_runs_through_xla():
     """A finish outside the kernel that reads an event log of 1024 rows takes
     thousands of columns out of it; ctypes gives a C function at most 1024
-    arguments. Refused with the reason (the plan then uses Pallas), before the
-    compiler runs: it raised ctypes' ArgumentError after a minute's compile."""
+    arguments, so through a ctypes callback such a kernel could not run (the
+    plan fell back to Pallas). XLA calls the library's FFI handler, which
+    passes any number of columns: here 1,100 outputs, each its own value."""
+    import jax
+
     from engine.solve.kernel.c_source import KernelSource
 
-    source = KernelSource("not C: never compiled", (np.dtype("float64"),) * 8, (np.dtype("float64"),) * 1016, "x")
-    with mock.patch("engine.solve.kernel.host.library", side_effect=AssertionError("compiled")):
-        with pytest.raises(KernelUnsupported, match="1024 columns.*more than ctypes passes"):
-            HostKernel(source)
+    outs = 1100
+    params = ["const int32_t* restrict in0", "const double* restrict in1"] + [
+        f"double* restrict out{k}" for k in range(outs)]
+    body = "".join(f"    out{k}[i] = in1[i] * {k}.0 + in0[i];\n" for k in range(outs))
+    text = ("#include <stdint.h>\n#include <stddef.h>\n"
+            f"void rs_solve_batch(int64_t n, {', '.join(params)}) {{\n"
+            f"  for (int64_t i = 0; i < n; ++i) {{\n{body}  }}\n}}\n")
+    source = KernelSource.of(text, (np.dtype("int32"), np.dtype("float64")), (np.dtype("float64"),) * outs)
+    kernel = HostKernel(source)
+    with pytest.raises(KernelUnsupported, match="more than ctypes passes"):
+        kernel.run_numpy(np.ones(3, np.int32), np.ones(3))
+    x = np.array([0.5, 1.5, -2.0])
+    active = np.array([1, 0, 1], np.int32)
+    found = jax.jit(lambda a, b: kernel.block_call(None, [a, b], source.out_dtypes, 1, False))(active, x)
+    assert len(found) == outs
+    for k in (0, 1, 517, outs - 1):
+        np.testing.assert_array_equal(np.asarray(found[k]), x * k + active)

@@ -15,6 +15,7 @@ from test_kernel_c import pytestmark as needs_cc  # a C compiler to build the ho
 from test_lane_structural import _raising
 from test_outside_models import NATURAL, SETTINGS, _ball_study, _columns
 
+import engine.solve.kernel.c_source as c_source
 import engine.solve.kernel.fused as fused_module
 import engine.solve.kernel.stored as stored
 from engine._jax_setup import CACHE_VARIABLE
@@ -122,15 +123,15 @@ def test_the_generated_source_is_read_where_stored(store, monkeypatch, tmp_path)
     columns = _columns(PINGPONG, spin_ratio=np.linspace(0.2, 3.0, 40))
     first = _solve(PINGPONG, "fused", columns, SETTINGS)
     (entry,) = store.glob("*.c.json")
-    real = stored.generate
-    monkeypatch.setattr(stored, "generate", lambda *args: pytest.fail("generated again"))
+    real = c_source.generate  # (read by the store where it generates)
+    monkeypatch.setattr(c_source, "generate", lambda *args: pytest.fail("generated again"))
     again = _solve(PINGPONG, "fused", columns, SETTINGS)
     np.testing.assert_array_equal(again.outputs["final_displacement"], first.outputs["final_displacement"])
     np.testing.assert_array_equal(again.num_steps, first.num_steps)
     # A stored source for other column dtypes does not fit: generated again.
     entry.write_text(entry.read_text().replace('"<f8"', '"<f4"', 1))
     generated = []
-    monkeypatch.setattr(stored, "generate", lambda *args: generated.append(1) or real(*args))
+    monkeypatch.setattr(c_source, "generate", lambda *args: generated.append(1) or real(*args))
     third = _solve(PINGPONG, "fused", columns, SETTINGS)
     assert generated == [1]
     np.testing.assert_array_equal(third.outputs["final_displacement"], first.outputs["final_displacement"])

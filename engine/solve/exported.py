@@ -13,6 +13,10 @@ used.
 
 Every process calls the exported program, the one that exported it too: cold
 and warm runs compile the same module and give bitwise the same results.
+
+A program calling the host kernel (engine.solve.kernel.host, an XLA FFI
+custom call) is exported with that call allowed, and a process reading it
+registers the kernel's library before calling it.
 """
 
 import pathlib
@@ -66,9 +70,36 @@ def _load(path: pathlib.Path):
     from jax import export
 
     try:
-        return export.deserialize(bytearray(path.read_bytes()))
+        blob = path.read_bytes()
+        if _HOST_TARGET in blob and not _host_targets_registered(blob):
+            return None  # a kernel library it calls is gone: made again, which builds it
+        return export.deserialize(bytearray(blob))
     except Exception:  # noqa: BLE001 - missing, or damaged: made again, not trusted
         return None
+
+
+# What names a host kernel's FFI target in a serialized program
+# (engine.solve.kernel.host.TARGET_PREFIX: the kernel modules are imported only
+# for a program that calls one).
+_HOST_TARGET = b"rs_host_"
+
+
+def _host_targets_registered(blob: bytes) -> bool:
+    from engine.solve.kernel.host import register_targets
+
+    return register_targets(blob)
+
+
+def _allowed_calls() -> list:
+    """The host kernels' FFI targets of this process, allowed in an export
+    (JAX refuses custom calls it does not know to be stable: these are the
+    engine's own, kept beside the program under the same key)."""
+    import sys
+
+    from jax import export
+
+    host = sys.modules.get("engine.solve.kernel.host")
+    return [export.DisabledSafetyCheck.custom_call(name) for name in (host.registered_targets() if host else ())]
 
 
 def program(make, key: str | None, args):
@@ -89,7 +120,7 @@ def program(make, key: str | None, args):
         # For this thread's platform: the host's CPU where the plan routed a GPU
         # machine's sweep there (export's default is JAX's default backend).
         platforms = ("cpu",) if current_device().platform == "cpu" else None
-        blob = export.export(jitted, platforms=platforms)(*args).serialize()
+        blob = export.export(jitted, platforms=platforms, disabled_checks=_allowed_calls())(*args).serialize()
     except Exception:  # noqa: BLE001 - not exportable: traced in every process, as without a cache
         return jitted
     write_whole(path, blob)

@@ -9,20 +9,20 @@ block, interpret)`:
 - `cuda` (engine.solve.kernel.cuda): the body generated as C for one point
   (engine.solve.kernel.c_source), compiled by NVRTC, one CUDA thread a point:
   per-point loops and branches.
-- `host` (engine.solve.kernel.host): the same C compiled for the CPU (for
-  CI and tests; not the CPU default).
+- `host` (engine.solve.kernel.host): the same C compiled for the CPU, called
+  by XLA as an FFI custom call.
 
 The choice: $ROLLSWEEP_KERNEL_BACKEND (`cuda`, `host`, `pallas`), else on a
 GPU `cuda` where cuda-python's NVRTC imports and the body generates, else
-`pallas`; on CPU `pallas` (interpret mode). A generated backend that cannot
-be built for a body (a primitive without a C rule, no compiler, NVRTC
-missing or failing) falls back to `pallas`, and the choice says why.
+`pallas`; on CPU `host`. A generated backend that cannot be built for a body
+(a primitive without a C rule, no compiler, NVRTC missing or failing) falls
+back to `pallas`, and the choice says why; on CPU, where Pallas runs in
+interpret mode (a test's speed, not a sweep's), with a warning.
 """
 
 import os
+import warnings
 from typing import NamedTuple
-
-from engine.solve.kernel.jaxpr import Unfusable
 
 ENV = "ROLLSWEEP_KERNEL_BACKEND"
 NAMES = ("cuda", "host", "pallas")
@@ -61,20 +61,27 @@ def choose(body, platform: str, device=None, request: str | None = None, key: st
     back to Pallas now, not in the middle of a run. key: where the body's
     generated source is stored between processes (engine.solve.kernel.stored;
     None: generated afresh)."""
+    from engine.solve.kernel.jaxpr import Unfusable  # (with Pallas: imported where a kernel is built)
+
     request = request or requested()
     if request == "pallas":
         return _pallas(f"{ENV}=pallas")
-    if request is None and platform != "gpu":
-        return _pallas("the CPU default (Pallas in interpret mode; the lanes solver stays the CPU's default solver)")
-    if request == "host":
+    if request == "host" or (request is None and platform == "cpu"):
+        asked = f"{ENV}=host" if request == "host" else "the CPU default"
         if platform != "cpu":
-            return _pallas(f"{ENV}=host, but the host kernel runs on CPU arrays only, not on {platform}")
+            return _pallas(f"{asked}, but the host kernel runs on CPU arrays only, not on {platform}")
         try:
             from engine.solve.kernel.host import HostKernel
 
-            return Choice("host", f"{ENV}=host: generated C compiled for the host", HostKernel.of(body, key))
+            return Choice("host", f"{asked}: generated C compiled for the host", HostKernel.of(body, key))
         except Unfusable as error:
-            return _pallas(f"the host kernel could not be built: {error}")
+            warnings.warn(f"the fused solver's host kernel could not be built ({error}); its kernel runs in "
+                          "Pallas's interpret mode, far slower (the CPU's default plan picks the lanes for a "
+                          "study whose body does not build: engine.solve.kernel.fused.FusedSolver.host_unsupported)",
+                          stacklevel=2)
+            return _pallas(f"{asked}, but the host kernel could not be built: {error}")
+    if request is None and platform != "gpu":
+        return _pallas(f"the default on {platform} (Pallas in interpret mode)")
     # cuda, asked for or the GPU default
     asked = f"{ENV}=cuda" if request == "cuda" else "the GPU default"
     if platform != "gpu":

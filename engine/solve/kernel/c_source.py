@@ -865,3 +865,33 @@ def generate(fn: Callable, in_dtypes: Sequence, out_dtypes: Sequence) -> KernelS
     with float64_here():
         closed = jax.make_jaxpr(fn)(*[jax.ShapeDtypeStruct((1,), jnp.dtype(d)) for d in in_dtypes])
     return from_jaxpr(closed, in_dtypes, out_dtypes)
+
+
+def ffi_entry(source: KernelSource) -> str:
+    """The host library's XLA FFI handler (engine.solve.kernel.host): XLA's
+    buffers, the inputs then the outputs, passed to the batch entry. Written
+    against the C header of the installed jaxlib (`jax.ffi.include_dir()`),
+    as the C++ helpers of `xla/ffi/api/api.h` do: asked for its metadata, it
+    gives the header's API version and no traits; it runs at the execute
+    stage only."""
+    ins = [f"a[{i}]->data" for i in range(len(source.in_dtypes))]
+    outs = [f"r[{i}]->data" for i in range(len(source.out_dtypes))]
+    return (
+        '\n#include "xla/ffi/api/c_api.h"\n'
+        "XLA_FFI_Error* rs_ffi_batch(XLA_FFI_CallFrame* frame) {\n"
+        "  if (frame->extension_start != NULL && frame->extension_start->type == XLA_FFI_Extension_Metadata) {\n"
+        "    XLA_FFI_Metadata* m = ((XLA_FFI_Metadata_Extension*)frame->extension_start)->metadata;\n"
+        "    m->api_version.struct_size = XLA_FFI_Api_Version_STRUCT_SIZE;\n"
+        "    m->api_version.extension_start = NULL;\n"
+        "    m->api_version.major_version = XLA_FFI_API_MAJOR;\n"
+        "    m->api_version.minor_version = XLA_FFI_API_MINOR;\n"
+        "    m->traits = 0;\n"
+        "    m->state_type_id = (XLA_FFI_TypeId){0};\n"
+        "    return NULL;\n"
+        "  }\n"
+        "  if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;\n"
+        "  XLA_FFI_Buffer** a = (XLA_FFI_Buffer**)frame->args.args;\n"
+        "  XLA_FFI_Buffer** r = (XLA_FFI_Buffer**)frame->rets.rets;\n"
+        f"  {HOST_ENTRY}(a[0]->dims[0], " + ", ".join(ins + outs) + ");\n"
+        "  return NULL;\n"
+        "}\n")

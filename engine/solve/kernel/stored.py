@@ -23,7 +23,6 @@ import numpy as np
 
 from engine._jax_setup import cache_dir
 from engine.solve._atomic_file import write_whole
-from engine.solve.kernel.c_source import KernelSource, generate
 from engine.solve.source_key import source_key
 
 # Version of the keys and the files: a change invalidates every entry.
@@ -58,10 +57,12 @@ def store(key: str | None, suffix: str, value) -> None:
         write_whole(path, json.dumps(value).encode())
 
 
-def kernel_source(body, key: str | None) -> KernelSource:
+def kernel_source(body, key: str | None):
     """The kernel body (engine.solve.kernel.body.KernelBody) generated as C, or
     read where an earlier process generated it under `key` (for the same
-    column dtypes)."""
+    column dtypes): a c_source.KernelSource."""
+    from engine.solve.kernel.c_source import KernelSource, generate
+
     in_dtypes = [np.dtype(np.int32)] + [np.dtype(d) for d in body.input_dtypes]
     out_dtypes = [np.dtype(d) for d in body.out_dtypes]
     names = {"in": [d.str for d in in_dtypes], "out": [d.str for d in out_dtypes]}
