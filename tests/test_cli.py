@@ -18,12 +18,8 @@ def test_one_study_names_its_solvers_here_and_on_a_gpu(capsys):
     here = jax.default_backend()
     assert main(["studies", "pingpong"]) == 0
     out = capsys.readouterr().out
-    assert f"solver here ({here}): fused" in out
+    assert f"solver here ({here}): {'lanes' if here == 'cpu' else 'fused'}" in out
     assert "solver on a GPU: fused" in out
-    assert main(["studies", "bicycle_response"]) == 0
-    out = capsys.readouterr().out
-    if here == "cpu":  # fused on a GPU, its start and finish outside the kernel: the lanes here, saying why
-        assert "solver here (cpu): lanes (not the host kernel: its start and finish run outside the kernel)" in out
     assert main(["studies", "hoop"]) == 0
     out = capsys.readouterr().out
     assert f"solver here ({here}): vmapped" in out

@@ -53,7 +53,7 @@ def test_cpu_uses_the_fixed_caps(on):
         '[run]\nshard_size = 1000000\nout = "unused.zarr"\n'
     )
     assert cost.plan_for(hinted).batch == hinted.study.batch_size
-    lanes = cost.plan_for(sweep("bicycle_response", 10**6, 10**5))
+    lanes = cost.plan_for(sweep("pingpong", 10**6, 10**5))
     assert lanes.solver.name == "lanes" and lanes.width % 16 == 0  # MAX_LANES in whole vectors
     assert MAX_LANES <= lanes.width < MAX_LANES + 16
 

@@ -281,56 +281,10 @@ def test_default_solver_is_fused_on_a_gpu_where_the_study_fuses():
     assert default_solver(PINGPONG, GPU) == "fused"
     assert default_solver(LOOP_BALL, GPU) == "vmapped"
     assert default_solver(HOOP, GPU) == "vmapped"
+    assert default_solver(PINGPONG, Device()) == "lanes"
     assert default_solver(PINGPONG, Device(platform="tpu")) == "vmapped"  # the kernel backend compiles for GPUs
     plan = make_plan(PINGPONG, GPU)
     assert plan.solver.name == "fused" and plan.width == 32
-
-
-def test_default_solver_on_cpu_is_the_host_kernel_where_the_whole_solve_fuses_and_builds(monkeypatch):
-    """The CPU's default: the fused solver through the host kernel for a study
-    whose whole solve is inside the kernel; the lanes where its start or
-    finish runs outside (XLA would compile that program in every process),
-    where its body does not generate as C, or where no C compiler is found;
-    vmapped for a study that is no HybridPoint. Each says why."""
-    import engine.solve.kernel.fused as fused_module
-    import engine.solve.kernel.host as host
-
-    fused = SOLVERS["fused"]
-    assert fused.host_unsupported(PINGPONG) is None and default_solver(PINGPONG, Device()) == "fused"
-    assert fused.host_unsupported(LANDING) is None and default_solver(LANDING, Device()) == "fused"
-    assert fused.host_unsupported(BICYCLE_RESPONSE) == "its start and finish run outside the kernel"
-    assert default_solver(BICYCLE_RESPONSE, Device()) == "lanes"
-    assert "scan" in fused.host_unsupported(LOOP_BALL) and default_solver(LOOP_BALL, Device()) == "lanes"
-    assert default_solver(HOOP, Device()) == "vmapped"
-    plan = make_plan(PINGPONG, Device(), points=10**6)
-    assert (plan.solver.name, plan.batch) == ("fused", fused_module.CPU_BATCH)
-
-    monkeypatch.setenv("ROLLSWEEP_KERNEL_BACKEND", "pallas")  # asked for: the interpret mode is not a CPU default
-    assert fused.host_unsupported(PINGPONG) == "ROLLSWEEP_KERNEL_BACKEND=pallas asks for another kernel backend"
-    assert default_solver(PINGPONG, Device()) == "lanes"
-    monkeypatch.setenv("ROLLSWEEP_KERNEL_BACKEND", "host")
-    assert default_solver(PINGPONG, Device()) == "fused"
-
-    fused_module._host_check.cache_clear()
-    monkeypatch.setattr(host, "compiler", lambda: None)
-    try:
-        assert fused.host_unsupported(PINGPONG) == "no C compiler (cc, gcc or $CC) to build the host kernel"
-        assert default_solver(PINGPONG, Device()) == "lanes"
-    finally:
-        fused_module._host_check.cache_clear()
-
-
-def test_a_body_that_does_not_generate_as_c_is_solved_by_the_lanes_on_cpu():
-    """A study that fuses (every primitive lowers on a GPU) but whose body has
-    no C rule: the host check says why, and the CPU's plan takes the lanes, not
-    Pallas's interpret mode. (erf_inv: no C rule.)"""
-    from jax.scipy.special import erfinv
-
-    study = _ball_with(lambda t, y, p: jnp.stack([y[1], -9.81 + 0.0 * erfinv(0.25 + 0.0 * y[0])]))
-    assert SOLVERS["fused"].unsupported(study) is None
-    reason = SOLVERS["fused"].host_unsupported(study)
-    assert reason.startswith("its kernel body does not generate as C") and "erf_inv" in reason, reason
-    assert make_plan(study, Device()).solver.name == "lanes"
 
 
 # ---- the CUDA lowering, on a machine without a GPU

@@ -56,8 +56,8 @@ def _kernel_cache(tmp_path_factory):
 def _solve(study, solver, columns, settings=None, batch=64):
     """A batch solved; the fused solver's kernel by the host backend. The
     batch function is built afresh (the process's cache of batch functions
-    does not name the kernel backend) and not exported (a program calling the
-    host kernel cannot be: the attempt would only trace it twice)."""
+    does not name the kernel backend) and not exported (nothing of a test's
+    kept in the cache for the next: tests/test_host_kernel.py tests the export)."""
     settings = settings or SolverSettings()
     env = {ENV: "host"} if solver == "fused" else {}
     evaluate_module = sys.modules["engine.solve.evaluate"]

@@ -282,7 +282,7 @@ def test_a_failing_check_is_a_reason_and_a_gpu_plan_falls_back(broken_slice):
     reason = SOLVERS["fused"].unsupported(PINGPONG)
     assert reason == f"tracing it for the kernel raised RuntimeError: a rule broke {PLEASE_REPORT}"
     assert make_plan(PINGPONG, GPU).solver.name == "vmapped"
-    assert make_plan(PINGPONG, CPU).solver.name == "lanes"  # nor the CPU's host kernel: the lanes
+    assert make_plan(PINGPONG, CPU).solver.name == "lanes"  # CPU plans never asked the fused solver
 
 
 def test_a_failing_start_check_runs_the_start_outside(monkeypatch):

@@ -25,7 +25,7 @@ GPU = Device(platform="gpu", count=1, memory=16 * 2**30, cores=16)
 
 def test_a_lanes_task_fills_its_call_where_the_run_has_the_points():
     pingpong = load_study("pingpong")
-    plan = make_plan(pingpong, CPU, solver="lanes", points=100_000)
+    plan = make_plan(pingpong, CPU, points=100_000)
     full = plan.solver.full_call(plan)
     assert full == plan.width * 8 > 100_000 // (TASKS_PER_THREAD * 4)
     assert task_points(plan, 100_000, 4) == full

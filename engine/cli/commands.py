@@ -51,9 +51,7 @@ def _describe_solvers(study) -> None:
     from engine.solve.plan import GPU_MIN_POINTS, default_solver
 
     here = detect()
-    solver = default_solver(study, here)
-    why = SOLVERS["fused"].host_unsupported(study) if here.platform == "cpu" and solver != "fused" else None
-    print(f"  solver here ({here.platform}): {solver}" + (f" (not the host kernel: {why})" if why else ""))
+    print(f"  solver here ({here.platform}): {default_solver(study, here)}")
     on_gpu = default_solver(study, Device(platform="gpu"))
     reason = SOLVERS["fused"].unsupported(study)
     print(f"  solver on a GPU: {on_gpu}" + (f" (not fused: {reason})" if on_gpu != "fused" and reason else ""))

@@ -112,7 +112,7 @@ def program(make, key: str | None, args):
     if exported is not None:
         return jax.jit(exported.call)
     jitted = make()
-    if path is None:
+    if path is None or not getattr(getattr(jitted, "__wrapped__", None), "stored_between_processes", True):
         return jitted
     from jax import export
 

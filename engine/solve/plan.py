@@ -11,11 +11,8 @@ SOLVERS: dict[str, BatchSolver] = {s.name: s for s in (VmappedSolver(), LanesSol
 
 
 def default_solver(study, device: Device) -> str:
-    """On a GPU the fused kernel for a study it can fuse; on CPU the fused
-    kernel built for the host where the study's whole solve fuses and a C
-    compiler builds it (engine.solve.kernel.host: 1.2-2.0x the lanes on the
-    shipped and tested studies), else refilling lanes for a study that
-    supports them; vmapped otherwise.
+    """On a GPU the fused kernel for a study it can fuse; on CPU refilling lanes
+    for a study that supports them; vmapped otherwise.
 
     On an accelerator the lanes lose: measured on one H100 (float64, rolling
     ball, 1M points), lanes 11k points/s against vmapped 1.58M (the lanes'
@@ -28,8 +25,6 @@ def default_solver(study, device: Device) -> str:
     if device.accelerator:
         fused = device.platform == "gpu" and SOLVERS["fused"].unsupported(study) is None
         return "fused" if fused else "vmapped"
-    if SOLVERS["fused"].host_unsupported(study) is None:
-        return "fused"
     if SOLVERS["lanes"].unsupported(study) is None:
         return "lanes"
     return "vmapped"

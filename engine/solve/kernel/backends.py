@@ -53,6 +53,11 @@ def _pallas(why: str) -> Choice:
     return Choice("pallas", why, pallas)
 
 
+def default_backend(platform: str) -> str:
+    """The kernel backend a platform runs where none is asked for (choose's first choice)."""
+    return {"gpu": "cuda", "cpu": "host"}.get(platform, "pallas")
+
+
 def choose(body, platform: str, device=None, request: str | None = None, key: str | None = None) -> Choice:
     """The kernel backend for a fused kernel body on a JAX platform ("gpu", "cpu").
 
@@ -76,9 +81,8 @@ def choose(body, platform: str, device=None, request: str | None = None, key: st
             return Choice("host", f"{asked}: generated C compiled for the host", HostKernel.of(body, key))
         except Unfusable as error:
             warnings.warn(f"the fused solver's host kernel could not be built ({error}); its kernel runs in "
-                          "Pallas's interpret mode, far slower (the CPU's default plan picks the lanes for a "
-                          "study whose body does not build: engine.solve.kernel.fused.FusedSolver.host_unsupported)",
-                          stacklevel=2)
+                          "Pallas's interpret mode, far slower: the lanes solver (the CPU's default) solves it "
+                          "at full speed", stacklevel=2)
             return _pallas(f"{asked}, but the host kernel could not be built: {error}")
     if request is None and platform != "gpu":
         return _pallas(f"the default on {platform} (Pallas in interpret mode)")

@@ -41,11 +41,11 @@ def kernel_block(width: int) -> int:
     return 1 << (max(1, width).bit_length() - 1)
 
 
-# Points of one call on CPU when neither the sweep nor the study says. The
-# host kernel's calls cost little each, but a thread's points run in turn:
-# measured (bouncing ball, 90,000 points, 2 cores, `rollsweep run`'s own
-# "solved in"), calls of 256 points 200-211k points/s, 1,024 257k, 4,096
-# 267-269k.
+# Points of one call on CPU when neither the sweep nor the study says (the
+# host kernel, the CPU's kernel backend). Its calls cost little each, but a
+# thread's points run in turn: measured (bouncing ball, 90,000 points, 2
+# cores, `rollsweep run`'s own "solved in"), calls of 256 points 200-211k
+# points/s, 1,024 257k, 4,096 267-269k.
 CPU_BATCH = 4096
 # Lanes of a block on a GPU: one warp. A lane holds its whole solve in
 # registers (float64 state, stages, event log), so small blocks; the GPU's
@@ -74,25 +74,6 @@ class FusedSolver(BatchSolver):
     def unsupported(self, study) -> str | None:
         return self._check(study).reason
 
-    def host_unsupported(self, study) -> str | None:
-        """Why `study` would not run as the CPU's default through the host
-        kernel (engine.solve.kernel.host; None: it would). Its whole solve
-        must be inside the kernel: a start or finish outside it makes a
-        program around the kernel that XLA compiles in every process (the
-        bicycle response's, 1.6 s of a run of 381 points), where the lanes'
-        program comes from the compile cache. And the body must generate as
-        C, with a C compiler to build it."""
-        from engine.solve.kernel.backends import ENV, requested
-
-        if requested() not in (None, "host"):  # another backend asked for: on CPU, Pallas in interpret mode
-            return f"{ENV}={requested()} asks for another kernel backend"
-        check = self._check(study)
-        if check.reason:
-            return check.reason
-        if check.outside:
-            return f"its {' and '.join(part for part, _ in check.outside)} run outside the kernel"
-        return _host_check(study)
-
     def outside(self, study) -> dict[str, str]:
         """The parts of a fused study's point solve ("start", "finish") that
         run outside the kernel, as plain XLA around it, each with the reason it
@@ -116,6 +97,7 @@ class FusedSolver(BatchSolver):
         import engine.solve.kernel.pallas as backend
         import engine.solve.kernel.stored as stored
         from engine.solve.kernel.backends import choose as choose_kernel_backend
+        from engine.solve.kernel.backends import default_backend, requested
         from engine.solve.kernel.body import KernelBody
 
         dtype = jnp.dtype(settings.dtype)
@@ -142,41 +124,12 @@ class FusedSolver(BatchSolver):
             return jax.vmap(lambda r, ok: masked(study, dtype, selected, r, ok))(result, admitted)
 
         run.kernel_backend = choice  # which backend runs the kernel, and why (benchmarks print it)
+        # A fallback (Pallas, where the backend asked for or the platform's own
+        # could not be built) is not kept between processes: stored under the
+        # program's key, a later process that could build the backend would get
+        # the fallback's program (engine.solve.exported).
+        run.stored_between_processes = choice.name == (requested() or default_backend(plan.device.platform))
         return run
-
-
-@functools.cache  # a pure function of the study and the host's compiler: once per process
-def _host_check(study) -> str | None:
-    """Why the study's kernel body would not build as the host kernel: no C
-    compiler, or the body not generating as C (read where an earlier process
-    stored it). The source generated here, for the default settings and every
-    output, is stored under the key a run with those settings reads."""
-    import engine.solve.kernel.stored as stored
-    from engine.solve.kernel.host import compiler
-
-    if compiler() is None:
-        return "no C compiler (cc, gcc or $CC) to build the host kernel"
-    key = stored.key(study, made="host check")
-    found = stored.load(key, "host.json")
-    if isinstance(found, dict) and (found.get("reason") is None or isinstance(found.get("reason"), str)):
-        return found["reason"]
-    from engine.solve.kernel.body import KernelBody
-    from engine.solve.kernel.jaxpr import Unfusable
-
-    settings, selected = SolverSettings(), tuple(o.name for o in study.outputs)
-    block = kernel_block(CPU_BLOCK)
-    reason = None
-    try:
-        with float64_here():
-            body = KernelBody(study.solve_point, settings, [p.name for p in study.parameters], selected, block)
-            stored.kernel_source(body, stored.key(study, made="source", settings=repr(settings),
-                                                  selected=list(selected), block=block, x64=True))
-    except Unfusable as error:
-        reason = f"its kernel body does not generate as C: {error}"
-    except Exception as error:  # noqa: BLE001 - the generator's own failure: the lanes solve it, never a crash
-        return f"generating its kernel body as C failed: {type(error).__name__}: {error}"
-    stored.store(key, "host.json", {"reason": reason})
-    return reason
 
 
 class _Check(NamedTuple):

@@ -1,21 +1,28 @@
 """The generated kernel compiled for the host: a shared library, one point at a time.
 
-The CPU's default solver for a study whose whole hybrid solve fuses into one
-kernel (engine.solve.plan.default_solver), where a C compiler is found: one
-point's whole solve a loop iteration, its steps and events in registers, not
-the lanes' lockstep of whole-vector operations. Measured on 2 cores (`rollsweep
-run`, its own "solved in"), against the lanes: the rolling ball (200,000
-points) 1.35-1.42x, the serve landing map 1.6-2.0x, the bouncing ball (90,000
-points, 20 impacts a point) 1.2-1.4x. The tests also check the generated C
-(the same text the CUDA backend compiles) against closed forms and the other
-solvers here, without a GPU.
+The fused solver's kernel backend on CPU (the lanes stay the CPU's default
+solver: engine.solve.plan). What it is for: the tests and CI, which check
+the generated C (the same text the CUDA backend compiles) against closed
+forms and the other solvers without a GPU; and a sweep solved by the fused
+solver on CPU, whose program is small: a warm process reads it from JAX's
+cache in milliseconds, where the lanes' takes 0.35-0.45 s (the rolling ball,
+2 cores, both JAX lines). Per point it is not faster than the lanes, so
+it is not the CPU's default: measured on 2 cores, `rollsweep run` (4 task
+threads), the rolling ball's 400,000 points solved at 540k points/s against
+the lanes' ~730k once their program is loaded (scalar C, where the lanes
+compute across vectors); the bouncing ball (20 impacts a point) between
+10,000 and 90,000 points ~230k against ~260k points/s; yet whole processes
+were shorter at every size tried (4,096 rolling-ball points 0.80-0.86 s
+against 1.18-1.23 s; 400,000: 1.37-1.46 s against 1.53-1.64 s).
 
 The system C compiler builds the source with IEEE arithmetic as XLA does it
 (`-ffp-contract=off -fno-fast-math`: no fused multiply-adds, no reassociation)
 and without `-march=native`, so a result does not depend on the machine that
-compiled it. Libraries are cached on disk by a hash of source, compiler,
-flags and JAX's FFI headers (written to a temporary name, then renamed:
-concurrent processes never load a half-written file).
+compiled it. Libraries are cached on disk by a hash of source, compiler (its
+version and target), flags and JAX's FFI headers (written to a temporary
+name, then renamed: concurrent processes never load a half-written file); a
+library that does not load is removed and built again, and where the cache
+cannot be written one is built in a folder of the process's own.
 
 Inside `jax.jit` the batch is an XLA FFI custom call (`jax.ffi`): XLA hands
 the library's handler its own buffers (no copies), and, unlike a Python
@@ -28,6 +35,7 @@ reads such a program registers the library first (`register_targets`).
 import ctypes
 import hashlib
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -74,10 +82,15 @@ def cache_dir() -> Path:
 
 
 def _version(cc: str) -> str:
-    try:
-        return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
+    """The compiler's version and the machine it builds for (a home folder
+    shared by machines of two architectures holds both's libraries apart)."""
+    said = []
+    for flag in ("--version", "-dumpmachine"):
+        try:
+            said.append(subprocess.run([cc, flag], capture_output=True, text=True, timeout=30).stdout)
+        except (OSError, subprocess.SubprocessError):
+            said.append("")
+    return "\0".join([*said, platform.machine()])
 
 
 def _ffi_headers() -> tuple[str, str]:
@@ -107,19 +120,53 @@ def library(source) -> tuple[str, ctypes.CDLL]:
     with _lock:
         if key in _loaded:
             return key, _loaded[key]
-        path = _library_path(key)
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=path.parent, prefix=".build-") as tmp:
-                c_file, built = Path(tmp) / "kernel.c", Path(tmp) / "kernel.so"
-                c_file.write_text(text)
-                run = subprocess.run([cc, *FLAGS, "-I", include, "-o", str(built), str(c_file), *LIBS],
-                                     capture_output=True, text=True)
-                if run.returncode != 0:
-                    raise KernelUnsupported(f"{cc} failed to build the generated kernel:\n{run.stderr[-4000:]}")
-                os.replace(built, path)  # atomic: another process sees the whole library or none
-        lib = _loaded[key] = ctypes.CDLL(str(path))
+        lib = _open(_library_path(key))
+        if lib is None:
+            lib = _open(_build(cc, include, text, key))
+        if lib is None:
+            raise KernelUnsupported(f"the host kernel built by {cc} could not be loaded")
+        _loaded[key] = lib
         return key, lib
+
+
+def _open(path: Path) -> ctypes.CDLL | None:
+    """The library at `path` loaded; None where there is none, or it does not
+    load (a damaged file, removed so that it is built again)."""
+    if not path.exists():
+        return None
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError:
+        path.unlink(missing_ok=True)
+        return None
+
+
+def _build(cc: str, include: str, text: str, key: str) -> Path:
+    """The library built from `text` into the cache (a temporary name, then
+    renamed: another process sees the whole library or none); where the cache
+    cannot be written (a read-only home folder), into this process's own
+    temporary folder. Its path."""
+    from engine.solve.kernel.c_source import KernelUnsupported
+
+    path = _library_path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(dir=path.parent, prefix=".build-"))
+    except OSError:  # the cache cannot be written: a folder of this process's own, left for the system to clear
+        scratch = Path(tempfile.mkdtemp(prefix="rollsweep-kernel-"))
+        path = scratch / path.name
+    try:
+        c_file, built = scratch / "kernel.c", scratch / "kernel.so"
+        c_file.write_text(text)
+        run = subprocess.run([cc, *FLAGS, "-I", include, "-o", str(built), str(c_file), *LIBS],
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            raise KernelUnsupported(f"{cc} failed to build the generated kernel:\n{run.stderr[-4000:]}")
+        os.replace(built, path)
+    finally:
+        if path.parent != scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return path
 
 
 def _register(key: str, lib: ctypes.CDLL) -> str:
@@ -143,16 +190,12 @@ def register_targets(program: bytes) -> bool:
     loaded from the cache: False where one is missing (the program cannot be
     called here; it is made again, which builds the library)."""
     for key in sorted({m.decode() for m in TARGET.findall(bytes(program))}):
-        path = _library_path(key)
-        if key not in _loaded and not path.exists():
-            return False
-        try:
-            with _lock:
-                lib = _loaded.get(key) or ctypes.CDLL(str(path))
-                _loaded[key] = lib
-            _register(key, lib)
-        except OSError:  # damaged or foreign: made again
-            return False
+        with _lock:
+            lib = _loaded.get(key) or _open(_library_path(key))  # (a damaged one removed: built again)
+            if lib is None:
+                return False
+            _loaded[key] = lib
+        _register(key, lib)
     return True
 
 
@@ -197,6 +240,8 @@ class HostKernel:
         """kernel(*inputs) -> outputs, columns in and out (as engine.solve.kernel.pallas.block_call)."""
         if [np.dtype(x.dtype) for x in inputs] != list(self.source.in_dtypes):
             raise ValueError("the host kernel's inputs do not have the dtypes it was generated for")
+        if [np.dtype(d) for d in out_dtypes] != list(self.source.out_dtypes):
+            raise ValueError("the host kernel's outputs do not have the dtypes it was generated for")
         n = inputs[0].shape[0]
         shapes = [jax.ShapeDtypeStruct((n,), d) for d in out_dtypes]
         return list(jax.ffi.ffi_call(self.target, shapes)(*inputs))

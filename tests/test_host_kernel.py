@@ -1,0 +1,150 @@
+"""The fused solver's kernel on CPU (engine.solve.kernel.host): its library,
+built once and kept, its program exported and read back, and what happens
+where building or keeping the library fails. Every failure ends in a result
+the engine can stand behind (the same bits as the kernel built normally, or
+Pallas's with a warning), never a crash, and never a fallback's program kept
+for a process that could build the kernel."""
+
+import os
+import pathlib
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from test_kernel_c import pytestmark as needs_cc  # a C compiler to build the host kernel
+from test_outside_models import _columns
+
+import engine.solve.kernel.fused as fused_module
+import engine.solve.kernel.host as host
+from engine._jax_setup import CACHE_VARIABLE
+from engine.solve import evaluate, make_plan
+from engine.study.status import Status
+from engine.sweep.settings import SolverSettings
+from studies.pingpong import STUDY as PINGPONG
+
+pytestmark = needs_cc
+REPO = pathlib.Path(__file__).resolve().parent.parent
+SETTINGS = SolverSettings(rtol=1e-10, atol=1e-12)
+
+
+@pytest.fixture
+def caches(tmp_path, monkeypatch):
+    """Caches of the test's own (programs, traced parts, libraries), and nothing
+    of this process's remembered: each solve as a fresh process's."""
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user"))
+    monkeypatch.delenv("ROLLSWEEP_KERNEL_BACKEND", raising=False)
+    _forget(monkeypatch)
+    yield tmp_path
+    _forget(monkeypatch)
+
+
+def _forget(monkeypatch):
+    """This process's loaded libraries and programs forgotten (registered FFI
+    targets stay registered, as they would in a new process after loading)."""
+    sys.modules["engine.solve.evaluate"].compiled.cache_clear()
+    fused_module._kernel_check.cache_clear()
+    monkeypatch.setattr(host, "_loaded", {})
+
+
+def _solve(columns):
+    return evaluate(PINGPONG, SETTINGS, columns, plan=make_plan(PINGPONG, solver="fused", batch=64))
+
+
+COLUMNS = _columns(PINGPONG, spin_ratio=np.linspace(0.2, 3.0, 50))
+
+
+def _same(a, b):
+    np.testing.assert_array_equal(a.outputs["final_displacement"], b.outputs["final_displacement"])
+    np.testing.assert_array_equal(a.num_steps, b.num_steps)
+
+
+def _programs(folder):
+    return sorted((folder / "cache" / "programs").glob("*.stablehlo"))
+
+
+def test_the_program_is_kept_and_a_warm_solve_loads_the_library_it_names(caches, monkeypatch):
+    first = _solve(COLUMNS)
+    (program,) = _programs(caches)
+    (library,) = (caches / "user" / "rollsweep" / "kernels").glob("rs_*.so")
+    assert f"rs_host_{library.stem[3:]}".encode() in program.read_bytes()
+    _forget(monkeypatch)
+    monkeypatch.setattr(host, "library", lambda *a: pytest.fail("built or generated in a warm solve"))
+    _same(_solve(COLUMNS), first)
+
+
+# A solve in a fresh process (the dynamic loader of this one would hand back a
+# library it loaded before from the same path, whatever the file now holds).
+CHILD = """
+import hashlib, sys
+sys.path[:0] = [{tests!r}]
+from test_host_kernel import COLUMNS, _solve
+found = _solve(COLUMNS)
+print(hashlib.sha256(found.outputs["final_displacement"].tobytes() + found.num_steps.tobytes()).hexdigest())
+"""
+
+
+def _solved_in_a_fresh_process() -> str:
+    tests = str(pathlib.Path(__file__).parent)
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-c", CHILD.format(tests=tests)], capture_output=True, text=True,
+                          env=os.environ | {"PYTHONPATH": path}, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.split()[-1]
+
+
+def test_a_library_gone_or_damaged_is_built_again(caches):
+    first = _solved_in_a_fresh_process()
+    (library,) = (caches / "user" / "rollsweep" / "kernels").glob("rs_*.so")
+    whole = library.read_bytes()
+    for damage in (library.unlink, lambda: library.write_bytes(b""), lambda: library.write_bytes(whole[:100])):
+        damage()
+        assert _solved_in_a_fresh_process() == first  # the stored program unusable: made again, the library rebuilt
+        assert library.read_bytes() == whole
+
+
+def test_a_kernel_cache_that_cannot_be_written_builds_in_a_folder_of_the_process(caches, monkeypatch):
+    first = _solve(COLUMNS)
+    blocked = caches / "blocked"
+    blocked.write_text("a file, not a folder: no cache below it")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    _forget(monkeypatch)
+    _same(_solve(COLUMNS), first)
+
+
+def test_a_fallback_is_not_kept_for_a_process_that_builds_the_kernel(caches, monkeypatch, tmp_path):
+    """A compiler that fails: Pallas runs the kernel, with a warning, and its
+    program is not stored under the key a working build's process reads."""
+    failing = tmp_path / "cc"
+    failing.write_text("#!/bin/sh\nexit 1\n")
+    failing.chmod(failing.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("CC", str(failing))
+    with pytest.warns(UserWarning, match="host kernel could not be built"):
+        fallback = _solve(_columns(PINGPONG, spin_ratio=np.linspace(0.2, 3.0, 8)))
+    assert (fallback.status == Status.SUCCESS).all()
+    assert _programs(caches) == []
+    monkeypatch.delenv("CC")
+    _forget(monkeypatch)
+    _solve(COLUMNS)
+    (program,) = _programs(caches)
+    assert b"rs_host_" in program.read_bytes()
+
+
+def test_a_call_with_outputs_of_other_dtypes_is_refused(caches):
+    """(float32 outputs where the C writes doubles would be written past their end.)"""
+    import jax
+
+    from engine.solve.kernel.c_source import KernelSource
+
+    source = KernelSource.of("#include <stdint.h>\nvoid rs_solve_batch(int64_t n, const int32_t* a, "
+                             "const double* x, double* y) { for (int64_t i = 0; i < n; ++i) y[i] = x[i]; }\n",
+                             (np.dtype("int32"), np.dtype("float64")), (np.dtype("float64"),))
+    kernel = host.HostKernel(source)
+    with pytest.raises(ValueError, match="outputs do not have the dtypes"):
+        jax.jit(lambda a, x: kernel.block_call(None, [a, x], (np.float32,), 1, False))(
+            np.ones(2, np.int32), np.ones(2))
+    copied = jax.jit(lambda a, x: kernel.block_call(None, [a, x], (np.float64,), 1, False))(
+        np.ones(2, np.int32), np.array([1.5, -2.0]))
+    np.testing.assert_array_equal(np.asarray(copied[0]), [1.5, -2.0])
