@@ -148,3 +148,47 @@ def test_a_call_with_outputs_of_other_dtypes_is_refused(caches):
     copied = jax.jit(lambda a, x: kernel.block_call(None, [a, x], (np.float64,), 1, False))(
         np.ones(2, np.int32), np.array([1.5, -2.0]))
     np.testing.assert_array_equal(np.asarray(copied[0]), [1.5, -2.0])
+
+
+SWEEP = """
+study = "pingpong"
+[axes]
+spin_ratio = {{ linspace = [0.2, 3.0, 37] }}
+[solver]
+rtol = 1e-10
+atol = 1e-12
+[run]
+shard_size = 8
+{batch_solver}
+executor = "inline"
+out = "{out}"
+"""
+
+
+def test_a_sweep_asks_for_the_fused_solver_and_its_cube_is_that_solver_s(caches, monkeypatch):
+    """`run.batch_solver` names the solver of every task (and of every worker,
+    which plans from the same sweep); the cube holds what that solver gives,
+    and a cube is not resumed by a sweep asking for another."""
+    from engine import parse_sweep, run
+    from engine.errors import StoreError
+    from engine.runner.cost import plan_for
+
+    out = caches / "cube.zarr"
+    fused = parse_sweep(SWEEP.format(batch_solver='batch_solver = "fused"', out=out))
+    default = parse_sweep(SWEEP.format(batch_solver="", out=out))
+    assert plan_for(fused).solver.name == "fused" and plan_for(default).solver.name == "lanes"
+    assert "batch_solver" not in default.canonical() and fused.config_hash != default.config_hash
+    run(fused, progress=False)
+    cube = open_cube_values(out)
+    plan = plan_for(fused)
+    expected = evaluate(PINGPONG, fused.solver, {"spin_ratio": fused.axes[0].values} | {
+        k: np.full(37, v) for k, v in fused.parameters.items()}, plan=plan)
+    np.testing.assert_array_equal(cube, expected.outputs["final_displacement"])
+    with pytest.raises(StoreError, match="another config"):
+        run(default, progress=False)
+
+
+def open_cube_values(path):
+    from engine import open_cube
+
+    return open_cube(path)["final_displacement"].values

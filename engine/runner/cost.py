@@ -51,7 +51,7 @@ def plan_for(sweep: Sweep) -> Plan:
     """How this sweep's shards solve their points on this process's device: the
     sweep's batch size, or the solver's default for a sweep of this many points
     (never the shard size: see engine.solve.plan.make_plan)."""
-    return make_plan(sweep.study, batch=sweep.batch_size, points=math.prod(sweep.shape))
+    return make_plan(sweep.study, solver=sweep.batch_solver, batch=sweep.batch_size, points=math.prod(sweep.shape))
 
 
 def estimate(sweep: Sweep, workers: int = 1, plan: Plan | None = None) -> Cost:

@@ -22,7 +22,7 @@ from engine.sweep.resources import checked as check_slurm_table
 from engine.sweep.settings import DTYPES, SOLVERS, SolverSettings, tolerance_floor
 
 TOP_LEVEL_KEYS = {"study", "outputs", "parameter_file", "parameters", "axes", "solver", "critical", "run", "slurm"}
-RUN_KEYS = {"shard_size", "batch_size", "out", "executor", "workers"}
+RUN_KEYS = {"shard_size", "batch_size", "batch_solver", "out", "executor", "workers"}
 EXECUTORS = ("local", "inline", "slurm")
 CRITICAL_KEYS = {"output", "axis", "bracket", "target", "xtol"}
 MAX_AXIS_LENGTH = 10_000_000  # an axis is held in memory when the sweep is read
@@ -80,6 +80,10 @@ class Sweep:
     executor: str
     workers: int | None
     slurm: dict
+    # The batch solver asked for (engine.solve.SOLVERS; None: the device's
+    # choice, engine.solve.plan.default_solver). Last: a sweep made in code
+    # before it existed still builds.
+    batch_solver: str | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -115,6 +119,10 @@ class Sweep:
             "solver": dataclasses.asdict(self.solver),
             "critical": dataclasses.asdict(self.critical) if self.critical else None,
             "shard_size": self.shard_size,
+            # Another solver's results differ in their last digits: a cube is not
+            # resumed by another. (Only where asked for: the cubes made before
+            # the key keep their hash.)
+            **({"batch_solver": self.batch_solver} if self.batch_solver else {}),
         }
 
     @functools.cached_property
@@ -221,6 +229,7 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
     shard_size = check.positive_int(run, "run.shard_size", None) or default_shard_size(
         study, tuple(len(a.values) for a in axes))
     batch_size = check.positive_int(run, "run.batch_size", None)  # None: chosen by the engine
+    batch_solver = _batch_solver(file, study, check.typed(run, "batch_solver", str, prefix="run."))
     # Inline by default: on one machine its threads share one compiled program,
     # where the local cluster pays ~4 s of start-up per run for no gain (200,000
     # rolling-ball points: 0.047x inline). The cluster stays one word away.
@@ -247,7 +256,22 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
         executor=executor,
         workers=workers,
         slurm=check.table(doc, "slurm"),
+        batch_solver=batch_solver,
     )
+
+
+def _batch_solver(file, study, name: str | None) -> str | None:
+    """`run.batch_solver`, checked: a solver the engine has, that can solve the study."""
+    if name is None:
+        return None
+    from engine.solve.plan import SOLVERS
+
+    if name not in SOLVERS:
+        raise ConfigError(file, "run.batch_solver", f"{name!r} is not one of {sorted(SOLVERS)}")
+    reason = SOLVERS[name].unsupported(study)
+    if reason:
+        raise ConfigError(file, "run.batch_solver", f"the {name} solver cannot solve study {study.name!r}: {reason}")
+    return name
 
 
 def default_shard_size(study, shape: tuple[int, ...]) -> int:
