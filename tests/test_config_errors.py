@@ -57,7 +57,7 @@ CASES = [
      "run.batch_size", "lower batch_size"),
     ("unknown run key", "run", '[run]\nshards = 4\nout = "OUT"', "run.shards", "unknown key"),
     ("unknown batch solver", "run", '[run]\nbatch_solver = "fast"\nout = "OUT"', "run.batch_solver",
-     "'fast' is not one of ['fused', 'lanes', 'vmapped']"),
+     "unknown batch solver 'fast' (known: vmapped, lanes, fused)"),
     ("batch solver not a name", "run", '[run]\nbatch_solver = 3\nout = "OUT"', "run.batch_solver",
      "must be str"),
     ("batch solver that cannot solve the study", ("study", "parameters", "axes", "solver", "run"),

@@ -192,3 +192,15 @@ def open_cube_values(path):
     from engine import open_cube
 
     return open_cube(path)["final_displacement"].values
+
+
+def test_a_program_that_calls_no_host_kernel_names_none(caches, monkeypatch):
+    """A program exported after a host kernel was registered in the process
+    allows and names only its own calls: naming another's target, it was
+    thrown away by every later process whose cache lacked that library."""
+    _solve(COLUMNS)
+    _forget(monkeypatch)
+    evaluate(PINGPONG, SETTINGS, COLUMNS, plan=make_plan(PINGPONG, solver="lanes"))
+    programs = _programs(caches)
+    assert len(programs) == 2
+    assert sorted(b"rs_host_" in p.read_bytes() for p in programs) == [False, True]

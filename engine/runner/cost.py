@@ -49,9 +49,17 @@ class Cost:
 
 def plan_for(sweep: Sweep) -> Plan:
     """How this sweep's shards solve their points on this process's device: the
-    sweep's batch size, or the solver's default for a sweep of this many points
-    (never the shard size: see engine.solve.plan.make_plan)."""
-    return make_plan(sweep.study, solver=sweep.batch_solver, batch=sweep.batch_size, points=math.prod(sweep.shape))
+    sweep's batch solver and size, or the device's choices for a sweep of this
+    many points (never the shard size: see engine.solve.plan.make_plan). A
+    batch solver the engine lacks, or that cannot solve the study, is the
+    sweep's error (`run.batch_solver`), raised before anything is written."""
+    try:
+        return make_plan(sweep.study, solver=sweep.batch_solver, batch=sweep.batch_size,
+                         points=math.prod(sweep.shape))
+    except ValueError as error:
+        if sweep.batch_solver is None:
+            raise
+        raise ConfigError(sweep.file, "run.batch_solver", str(error)) from None
 
 
 def estimate(sweep: Sweep, workers: int = 1, plan: Plan | None = None) -> Cost:

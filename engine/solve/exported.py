@@ -90,16 +90,17 @@ def _host_targets_registered(blob: bytes) -> bool:
     return register_targets(blob)
 
 
-def _allowed_calls() -> list:
-    """The host kernels' FFI targets of this process, allowed in an export
-    (JAX refuses custom calls it does not know to be stable: these are the
-    engine's own, kept beside the program under the same key)."""
-    import sys
-
+def _allowed_calls(jitted) -> list:
+    """The host kernel's FFI target that `jitted` (a jitted fused batch function
+    on CPU) calls, allowed in its export: JAX refuses custom calls it does not
+    know to be stable, and this one is the engine's own, its library kept
+    beside the program under the same cache. (Only the program's own: every
+    target allowed is written into the program, and a reader registers each.)"""
     from jax import export
 
-    host = sys.modules.get("engine.solve.kernel.host")
-    return [export.DisabledSafetyCheck.custom_call(name) for name in (host.registered_targets() if host else ())]
+    choice = getattr(getattr(jitted, "__wrapped__", None), "kernel_backend", None)
+    target = getattr(getattr(choice, "backend", None), "target", None)
+    return [export.DisabledSafetyCheck.custom_call(target)] if target else []
 
 
 def program(make, key: str | None, args):
@@ -120,7 +121,7 @@ def program(make, key: str | None, args):
         # For this thread's platform: the host's CPU where the plan routed a GPU
         # machine's sweep there (export's default is JAX's default backend).
         platforms = ("cpu",) if current_device().platform == "cpu" else None
-        blob = export.export(jitted, platforms=platforms, disabled_checks=_allowed_calls())(*args).serialize()
+        blob = export.export(jitted, platforms=platforms, disabled_checks=_allowed_calls(jitted))(*args).serialize()
     except Exception:  # noqa: BLE001 - not exportable: traced in every process, as without a cache
         return jitted
     write_whole(path, blob)

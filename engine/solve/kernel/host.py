@@ -179,12 +179,6 @@ def _register(key: str, lib: ctypes.CDLL) -> str:
     return name
 
 
-def registered_targets() -> list[str]:
-    """The FFI targets this process registered (an export lists them as allowed)."""
-    with _lock:
-        return sorted(_registered)
-
-
 def register_targets(program: bytes) -> bool:
     """Each host kernel a serialized program calls registered, its library
     loaded from the cache: False where one is missing (the program cannot be
