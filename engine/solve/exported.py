@@ -98,9 +98,16 @@ def _allowed_calls(jitted) -> list:
     target allowed is written into the program, and a reader registers each.)"""
     from jax import export
 
-    choice = getattr(getattr(jitted, "__wrapped__", None), "kernel_backend", None)
+    choice = getattr(_batch_function(jitted), "kernel_backend", None)
     target = getattr(getattr(choice, "backend", None), "target", None)
     return [export.DisabledSafetyCheck.custom_call(target)] if target else []
+
+
+def _batch_function(jitted):
+    """The batch function `jitted` (a `jax.jit` of it) wraps, where it says
+    more of itself (the fused solver's: its kernel backend, whether its program
+    may be kept: engine.solve.kernel.fused)."""
+    return getattr(jitted, "__wrapped__", None)
 
 
 def program(make, key: str | None, args):
@@ -113,7 +120,7 @@ def program(make, key: str | None, args):
     if exported is not None:
         return jax.jit(exported.call)
     jitted = make()
-    if path is None or not getattr(getattr(jitted, "__wrapped__", None), "stored_between_processes", True):
+    if path is None or not getattr(_batch_function(jitted), "stored_between_processes", True):
         return jitted
     from jax import export
 

@@ -69,10 +69,11 @@ def choose(body, platform: str, device=None, request: str | None = None, key: st
     from engine.solve.kernel.jaxpr import Unfusable  # (with Pallas: imported where a kernel is built)
 
     request = request or requested()
-    if request == "pallas":
-        return _pallas(f"{ENV}=pallas")
-    if request == "host" or (request is None and platform == "cpu"):
-        asked = f"{ENV}=host" if request == "host" else "the CPU default"
+    wanted = request or default_backend(platform)
+    asked = f"{ENV}={request}" if request else f"the {platform.upper()} default"
+    if wanted == "pallas":
+        return _pallas(f"{ENV}=pallas" if request else f"the default on {platform} (Pallas in interpret mode)")
+    if wanted == "host":
         if platform != "cpu":
             return _pallas(f"{asked}, but the host kernel runs on CPU arrays only, not on {platform}")
         try:
@@ -84,10 +85,7 @@ def choose(body, platform: str, device=None, request: str | None = None, key: st
                           "Pallas's interpret mode, far slower: the lanes solver (the CPU's default) solves it "
                           "at full speed", stacklevel=2)
             return _pallas(f"{asked}, but the host kernel could not be built: {error}")
-    if request is None and platform != "gpu":
-        return _pallas(f"the default on {platform} (Pallas in interpret mode)")
     # cuda, asked for or the GPU default
-    asked = f"{ENV}=cuda" if request == "cuda" else "the GPU default"
     if platform != "gpu":
         return _pallas(f"{asked}, but the platform is {platform}, not a GPU")
     try:

@@ -33,6 +33,7 @@ reads such a program registers the library first (`register_targets`).
 """
 
 import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -81,6 +82,7 @@ def cache_dir() -> Path:
     return user_cache() / "kernels"
 
 
+@functools.cache  # asked at every kernel built: once a process
 def _version(cc: str) -> str:
     """The compiler's version and the machine it builds for (a home folder
     shared by machines of two architectures holds both's libraries apart)."""
@@ -93,6 +95,7 @@ def _version(cc: str) -> str:
     return "\0".join([*said, platform.machine()])
 
 
+@functools.cache
 def _ffi_headers() -> tuple[str, str]:
     """The folder of JAX's FFI C headers and a digest of the one the handler
     includes (its structs' layout changes between jaxlib versions)."""
