@@ -60,7 +60,9 @@ LIBS = ("-lm",)
 # tests' numpy path (run_numpy) calls the entry through ctypes; XLA calls the
 # FFI handler, which takes any number of columns.
 CTYPES_MAX_ARGUMENTS = 1024
-# The FFI target of a library: its name holds the library's key.
+# The FFI target of a library: its name holds the library's key. (The prefix is
+# written in engine.solve.exported too, which finds it in a stored program:
+# importing it from either module would be an import circle.)
 TARGET_PREFIX = "rs_host_"
 TARGET = re.compile(rb"rs_host_([0-9a-f]{32})")
 
