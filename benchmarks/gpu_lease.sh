@@ -61,7 +61,7 @@ part() {
 # then the environment of every part.
 if [ -d .gpu ] && python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then
     # Installed in a child under a timeout (pip could hang), then sourced for its exports only.
-    part install setup.log 40 bash -c 'source benchmarks/gpu_install.sh .gpu'
+    part install setup.log 60 bash -c 'source benchmarks/gpu_install.sh .gpu'
     if [ -f /tmp/site/.ok ]; then source benchmarks/gpu_install.sh .gpu; else echo "install failed: see setup.log"; fi
 fi
 # `rollsweep` as the wrapper on PATH puts it, else this tree's CLI: never a script beside sys.executable.
