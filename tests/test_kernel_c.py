@@ -585,6 +585,76 @@ def test_cuda_source_compiles_with_nvrtc(study, settings):
     assert cubin[:4] == b"\x7fELF"
 
 
+def test_the_cuda_launcher_compiles_cleanly_and_exports_its_handler_alone(tmp_path):
+    """The CUDA kernel's FFI launcher (host C against JAX's FFI header, the
+    driver's entry points declared by hand): no warning of the host compiler's
+    with -Wall -Wextra, and its FFI handler the one symbol it exports."""
+    import subprocess
+
+    from engine.solve.kernel.c_source import CUDA_FFI_HANDLER, KernelSource, cuda_launcher
+    from engine.solve.kernel.cuda import LAUNCHER_LIBS, THREADS
+    from engine.solve.kernel.host import FLAGS, compiler
+
+    source = KernelSource.of("/* a kernel body */", [np.int32, np.float64, np.float64], [np.float64, np.int32])
+    text = cuda_launcher(source, b"\x7fELF" + bytes(61), THREADS)
+    assert "void* params[6]" in text  # the count, then a pointer a column: the inputs, then the outputs
+    (tmp_path / "launcher.c").write_text(text)
+    built = subprocess.run([compiler(), *FLAGS, "-Wall", "-Wextra", "-Werror", "-I", jax.ffi.include_dir(),
+                            "-o", str(tmp_path / "launcher.so"), str(tmp_path / "launcher.c"), *LAUNCHER_LIBS],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-3000:]
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(tmp_path / "launcher.so")],
+                             capture_output=True, text=True).stdout
+    assert [line.split()[-1] for line in symbols.splitlines() if " T " in line] == [CUDA_FFI_HANDLER]
+
+
+def _cuda_plugin_or_skip():
+    import importlib.util
+
+    if importlib.util.find_spec("jax_cuda12_plugin") is None and importlib.util.find_spec("jax_cuda13_plugin") is None:
+        if os.environ.get("ROLLSWEEP_REQUIRE_GPUCHECK") == "1":
+            pytest.fail("ROLLSWEEP_REQUIRE_GPUCHECK=1 but JAX's CUDA plug-in is not installed")
+        pytest.skip("exporting for CUDA needs JAX's CUDA plug-in: pip install 'rollsweep[gpucheck]'")
+
+
+def test_the_cuda_kernel_is_an_ffi_call_that_a_warm_process_registers(monkeypatch):
+    """Built without a GPU (NVRTC for sm_90, the launcher by the host's
+    compiler): the kernel is one call of its launcher's FFI target in the
+    batch exported for CUDA, so the program is kept between processes; a
+    process reading it finds the launcher in the cache and registers it
+    (a target whose library is gone: False, the program made again). With
+    $ROLLSWEEP_CUDA_LAUNCH=callback, no launcher: a Python callback, as before."""
+    import re
+
+    import engine.solve.kernel.host as host
+    from engine.solve.kernel.backends import CUDA_LAUNCH_ENV, cuda_launch_requested
+    from engine.solve.kernel.cuda import CudaKernel
+
+    _nvrtc_or_skip()
+    _cuda_plugin_or_skip()
+    with float64_here():
+        body = KernelBody(PINGPONG.solve_point, SolverSettings(), [p.name for p in PINGPONG.parameters],
+                          tuple(o.name for o in PINGPONG.outputs), 1)
+        kernel = CudaKernel(kernel_source(body, None), "sm_90")
+        assert kernel.launch == "its XLA FFI launcher" and kernel.target.startswith("rs_cuda_")
+        columns = [jax.ShapeDtypeStruct((256,), jnp.int32)] + [
+            jax.ShapeDtypeStruct((256,), d) for d in body.input_dtypes]
+        exported_program = jax.export.export(
+            jax.jit(lambda *xs: kernel.block_call(body, list(xs), body.out_dtypes, 1, False)), platforms=["cuda"],
+            disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(kernel.target)])(*columns)
+    assert re.findall(r"custom_call @(\w+)", exported_program.mlir_module()) == [kernel.target]
+    blob = bytes(exported_program.serialize())
+    monkeypatch.setattr(host, "_loaded", {})  # as a fresh process: the library read from the cache
+    assert host.register_targets(blob)
+    assert not host.register_targets(blob.replace(kernel.target.encode(), b"rs_cuda_" + b"0" * 32))
+    monkeypatch.setenv(CUDA_LAUNCH_ENV, "callback")
+    by_callback = CudaKernel(kernel_source(body, None), "sm_90", cuda_launch_requested())
+    assert by_callback.target is None and "callback" in by_callback.launch
+    monkeypatch.setenv(CUDA_LAUNCH_ENV, "graphs")
+    with pytest.raises(ValueError, match="ROLLSWEEP_CUDA_LAUNCH='graphs': expected ffi or callback"):
+        cuda_launch_requested()
+
+
 def test_a_kernel_of_more_columns_than_ctypes_passes_runs_through_xla():
     """A finish outside the kernel that reads an event log of 1024 rows takes
     thousands of columns out of it; ctypes gives a C function at most 1024

@@ -14,9 +14,10 @@ used.
 Every process calls the exported program, the one that exported it too: cold
 and warm runs compile the same module and give bitwise the same results.
 
-A program calling the host kernel (engine.solve.kernel.host, an XLA FFI
-custom call) is exported with that call allowed, and a process reading it
-registers the kernel's library before calling it.
+A program calling a kernel library (the host kernel, or the CUDA kernel's
+launcher: engine.solve.kernel.host, an XLA FFI custom call) is exported
+with that call allowed, and a process reading it registers the library
+before calling it.
 """
 
 import pathlib
@@ -56,9 +57,10 @@ def program_key(study, settings, selected, plan, args) -> str | None:
 def _requested_kernel() -> str:
     """The fused solver's kernel backend as asked for (its modules imported
     only for a fused plan)."""
-    from engine.solve.kernel.backends import requested
+    from engine.solve.kernel.backends import cuda_launch_requested, requested
 
-    return requested() or ""
+    launch = cuda_launch_requested()  # (a program launching by callback is never stored: one is never read for it)
+    return (requested() or "") + (f"/{launch}" if launch else "")
 
 
 def _path(key: str) -> pathlib.Path | None:
@@ -71,28 +73,28 @@ def _load(path: pathlib.Path):
 
     try:
         blob = path.read_bytes()
-        if _HOST_TARGET in blob and not _host_targets_registered(blob):
+        if any(prefix in blob for prefix in _KERNEL_TARGETS) and not _kernel_targets_registered(blob):
             return None  # a kernel library it calls is gone: made again, which builds it
         return export.deserialize(bytearray(blob))
     except Exception:  # noqa: BLE001 - missing, or damaged: made again, not trusted
         return None
 
 
-# What names a host kernel's FFI target in a serialized program
-# (engine.solve.kernel.host.TARGET_PREFIX: the kernel modules are imported only
-# for a program that calls one).
-_HOST_TARGET = b"rs_host_"
+# What names a kernel library's FFI target in a serialized program
+# (engine.solve.kernel.host.TARGET: the kernel modules are imported only for a
+# program that calls one).
+_KERNEL_TARGETS = (b"rs_host_", b"rs_cuda_")
 
 
-def _host_targets_registered(blob: bytes) -> bool:
+def _kernel_targets_registered(blob: bytes) -> bool:
     from engine.solve.kernel.host import register_targets
 
     return register_targets(blob)
 
 
 def _allowed_calls(jitted) -> list:
-    """The host kernel's FFI target that `jitted` (a jitted fused batch function
-    on CPU) calls, allowed in its export: JAX refuses custom calls it does not
+    """The kernel library's FFI target that `jitted` (a jitted fused batch
+    function) calls, allowed in its export: JAX refuses custom calls it does not
     know to be stable, and this one is the engine's own, its library kept
     beside the program under the same cache. (Only the program's own: every
     target allowed is written into the program, and a reader registers each.)"""

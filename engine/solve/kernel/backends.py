@@ -47,6 +47,21 @@ def requested() -> str | None:
     return value
 
 
+# How the CUDA backend launches its kernel: "ffi" (the default) or "callback"
+# (engine.solve.kernel.cuda).
+CUDA_LAUNCH_ENV = "ROLLSWEEP_CUDA_LAUNCH"
+
+
+def cuda_launch_requested() -> str | None:
+    """The CUDA launch $ROLLSWEEP_CUDA_LAUNCH asks for (None: the default, the FFI launcher)."""
+    value = os.environ.get(CUDA_LAUNCH_ENV, "").strip().lower()
+    if not value or value in ("default", "ffi"):
+        return None
+    if value != "callback":
+        raise ValueError(f"{CUDA_LAUNCH_ENV}={value!r}: expected ffi or callback (or unset)")
+    return value
+
+
 def _pallas(why: str) -> Choice:
     import engine.solve.kernel.pallas as pallas
 
@@ -92,8 +107,9 @@ def choose(body, platform: str, device=None, request: str | None = None, key: st
         from engine.solve.kernel.cuda import CudaKernel, bindings
 
         bindings()
-        return Choice("cuda", f"{asked}: generated C compiled by NVRTC, one thread a point",
-                      CudaKernel.of(body, device, key))
+        kernel = CudaKernel.of(body, device, key, launch=cuda_launch_requested())
+        return Choice("cuda", f"{asked}: generated C compiled by NVRTC, one thread a point, launched by "
+                      f"{kernel.launch}", kernel)
     except ImportError as error:
         return _pallas(f"{asked}, but cuda-python (cuda.bindings) is not importable: {error}")
     except Unfusable as error:

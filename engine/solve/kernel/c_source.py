@@ -867,6 +867,26 @@ def generate(fn: Callable, in_dtypes: Sequence, out_dtypes: Sequence) -> KernelS
     return from_jaxpr(closed, in_dtypes, out_dtypes)
 
 
+# The C header of JAX's FFI, and the answer every handler gives when XLA asks for
+# its metadata (the header's API version, no traits: not captured in command
+# buffers), then nothing but at the execute stage.
+_FFI_PROLOGUE = (
+    "  if (frame->extension_start != NULL && frame->extension_start->type == XLA_FFI_Extension_Metadata) {\n"
+    "    XLA_FFI_Metadata* m = ((XLA_FFI_Metadata_Extension*)frame->extension_start)->metadata;\n"
+    "    m->api_version.struct_size = XLA_FFI_Api_Version_STRUCT_SIZE;\n"
+    "    m->api_version.extension_start = NULL;\n"
+    "    m->api_version.major_version = XLA_FFI_API_MAJOR;\n"
+    "    m->api_version.minor_version = XLA_FFI_API_MINOR;\n"
+    "    m->traits = 0;\n"
+    "    m->state_type_id = (XLA_FFI_TypeId){0};\n"
+    "    return NULL;\n"
+    "  }\n"
+    "  if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;\n"
+    "  XLA_FFI_Buffer** a = (XLA_FFI_Buffer**)frame->args.args;\n"
+    "  XLA_FFI_Buffer** r = (XLA_FFI_Buffer**)frame->rets.rets;\n"
+)
+
+
 def ffi_entry(source: KernelSource) -> str:
     """The host library's XLA FFI handler (engine.solve.kernel.host): XLA's
     buffers, the inputs then the outputs, passed to the batch entry. Written
@@ -879,19 +899,160 @@ def ffi_entry(source: KernelSource) -> str:
     return (
         '\n#include "xla/ffi/api/c_api.h"\n'
         "XLA_FFI_Error* rs_ffi_batch(XLA_FFI_CallFrame* frame) {\n"
-        "  if (frame->extension_start != NULL && frame->extension_start->type == XLA_FFI_Extension_Metadata) {\n"
-        "    XLA_FFI_Metadata* m = ((XLA_FFI_Metadata_Extension*)frame->extension_start)->metadata;\n"
-        "    m->api_version.struct_size = XLA_FFI_Api_Version_STRUCT_SIZE;\n"
-        "    m->api_version.extension_start = NULL;\n"
-        "    m->api_version.major_version = XLA_FFI_API_MAJOR;\n"
-        "    m->api_version.minor_version = XLA_FFI_API_MINOR;\n"
-        "    m->traits = 0;\n"
-        "    m->state_type_id = (XLA_FFI_TypeId){0};\n"
-        "    return NULL;\n"
-        "  }\n"
-        "  if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;\n"
-        "  XLA_FFI_Buffer** a = (XLA_FFI_Buffer**)frame->args.args;\n"
-        "  XLA_FFI_Buffer** r = (XLA_FFI_Buffer**)frame->rets.rets;\n"
+        + _FFI_PROLOGUE +
         f"  {HOST_ENTRY}(a[0]->dims[0], " + ", ".join(ins + outs) + ");\n"
         "  return NULL;\n"
+        "}\n")
+
+
+# The CUDA launcher's FFI handler (engine.solve.kernel.cuda).
+CUDA_FFI_HANDLER = "rs_ffi_cuda"
+
+# The CUDA driver's entry points the launcher calls, by the names the driver
+# library exports (cuda.h maps the push and pop of a context to their _v2),
+# declared here with the driver's C types as plain pointers and integers: the
+# launcher is built by the host's C compiler, with no CUDA headers.
+_DRIVER = """
+typedef int rs_CUresult;
+typedef void* rs_CUcontext;
+typedef void* rs_CUmodule;
+typedef void* rs_CUfunction;
+typedef void* rs_CUstream;
+static rs_CUresult (*rs_cuCtxGetCurrent)(rs_CUcontext*);
+static rs_CUresult (*rs_cuPointerGetAttribute)(void*, int, unsigned long long);
+static rs_CUresult (*rs_cuCtxPushCurrent)(rs_CUcontext);
+static rs_CUresult (*rs_cuCtxPopCurrent)(rs_CUcontext*);
+static rs_CUresult (*rs_cuModuleLoadData)(rs_CUmodule*, const void*);
+static rs_CUresult (*rs_cuModuleGetFunction)(rs_CUfunction*, rs_CUmodule, const char*);
+static rs_CUresult (*rs_cuLaunchKernel)(rs_CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                        unsigned, rs_CUstream, void**, void**);
+static rs_CUresult (*rs_cuGetErrorName)(rs_CUresult, const char**);
+#define RS_CU_POINTER_ATTRIBUTE_CONTEXT 1
+#define RS_MAX_CONTEXTS 64
+
+static pthread_mutex_t rs_lock = PTHREAD_MUTEX_INITIALIZER;
+static int rs_driver_state;  /* 0: not loaded yet, 1: loaded, -1: failed */
+static rs_CUcontext rs_contexts[RS_MAX_CONTEXTS];
+static rs_CUfunction rs_functions[RS_MAX_CONTEXTS];
+static int rs_context_count;
+static _Thread_local char rs_message[600];
+
+static XLA_FFI_Error* rs_error(const XLA_FFI_Api* api, const char* what, rs_CUresult result) {
+  const char* name = NULL;
+  if (result != 0 && rs_cuGetErrorName != NULL) rs_cuGetErrorName(result, &name);
+  if (result != 0)
+    snprintf(rs_message, sizeof rs_message, "rollsweep's CUDA kernel: %s failed: %s (%d)", what,
+             name != NULL ? name : "unknown error", result);
+  else
+    snprintf(rs_message, sizeof rs_message, "rollsweep's CUDA kernel: %s", what);
+  XLA_FFI_Error_Create_Args e;
+  e.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE;
+  e.extension_start = NULL;
+  e.message = rs_message;
+  e.errc = XLA_FFI_Error_Code_INTERNAL;
+  return api->XLA_FFI_Error_Create(&e);
+}
+
+/* The driver's entry points, looked up once (under rs_lock). */
+static int rs_load_driver(void) {
+  if (rs_driver_state != 0) return rs_driver_state;
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (lib == NULL) lib = dlopen("libcuda.so", RTLD_NOW | RTLD_GLOBAL);
+  if (lib == NULL) return rs_driver_state = -1;
+  *(void**)&rs_cuCtxGetCurrent = dlsym(lib, "cuCtxGetCurrent");
+  *(void**)&rs_cuPointerGetAttribute = dlsym(lib, "cuPointerGetAttribute");
+  *(void**)&rs_cuCtxPushCurrent = dlsym(lib, "cuCtxPushCurrent_v2");
+  *(void**)&rs_cuCtxPopCurrent = dlsym(lib, "cuCtxPopCurrent_v2");
+  *(void**)&rs_cuModuleLoadData = dlsym(lib, "cuModuleLoadData");
+  *(void**)&rs_cuModuleGetFunction = dlsym(lib, "cuModuleGetFunction");
+  *(void**)&rs_cuLaunchKernel = dlsym(lib, "cuLaunchKernel");
+  *(void**)&rs_cuGetErrorName = dlsym(lib, "cuGetErrorName");
+  int found = rs_cuCtxGetCurrent && rs_cuPointerGetAttribute && rs_cuCtxPushCurrent && rs_cuCtxPopCurrent &&
+              rs_cuModuleLoadData && rs_cuModuleGetFunction && rs_cuLaunchKernel;
+  return rs_driver_state = found ? 1 : -1;
+}
+
+/* The kernel in `context`, its module loaded from the embedded CUBIN the first time. */
+static rs_CUresult rs_function(rs_CUcontext context, rs_CUfunction* function, const char** what) {
+  for (int i = 0; i < rs_context_count; ++i)
+    if (rs_contexts[i] == context) { *function = rs_functions[i]; return 0; }
+  if (rs_context_count == RS_MAX_CONTEXTS) { *what = "more CUDA contexts than the launcher keeps"; return -1; }
+  rs_CUmodule module;
+  rs_CUresult result = rs_cuModuleLoadData(&module, rs_cubin);
+  if (result != 0) { *what = "cuModuleLoadData"; return result; }
+  result = rs_cuModuleGetFunction(function, module, "%(entry)s");
+  if (result != 0) { *what = "cuModuleGetFunction"; return result; }
+  rs_contexts[rs_context_count] = context;
+  rs_functions[rs_context_count++] = *function;
+  return 0;
+}
+"""
+
+
+def cuda_launcher(source: KernelSource, cubin: bytes, threads: int) -> str:
+    """The C of a host library whose XLA FFI handler launches the CUDA kernel
+    (`source` compiled to `cubin`, embedded) on XLA's stream, one thread a
+    point in blocks of `threads`: XLA's device buffers, the inputs then the
+    outputs, are the kernel's arguments (engine.solve.kernel.cuda). It loads
+    the driver (libcuda) when first called and the kernel's module once per
+    CUDA context; a failure is the call's error, naming the driver's."""
+    columns = len(source.in_dtypes) + len(source.out_dtypes)
+    data = ",".join(str(b) for b in cubin)
+    pointers = ", ".join([f"a[{i}]->data" for i in range(len(source.in_dtypes))]
+                         + [f"r[{i}]->data" for i in range(len(source.out_dtypes))])
+    return (
+        "#include <dlfcn.h>\n#include <pthread.h>\n#include <stddef.h>\n#include <stdint.h>\n"
+        '#include <stdio.h>\n#include "xla/ffi/api/c_api.h"\n'
+        f"/* The CUBIN of kernel source {source.digest}. */\n"
+        f"static const unsigned char rs_cubin[{len(cubin)}] __attribute__((aligned(16))) = {{{data}}};\n"
+        + _DRIVER.replace("%(entry)s", CUDA_ENTRY)
+        + f"\nXLA_FFI_Error* {CUDA_FFI_HANDLER}(XLA_FFI_CallFrame* frame) {{\n"
+        + _FFI_PROLOGUE +
+        "  const XLA_FFI_Api* api = frame->api;\n"
+        "  int64_t count = a[0]->dims[0];\n"
+        "  if (count == 0) return NULL;\n"
+        '  if (count >= 2147483647) return rs_error(api, "a call takes fewer than 2^31 points", 0);\n'
+        "  int n = (int)count;\n"
+        "  XLA_FFI_Stream_Get_Args s;\n"
+        "  s.struct_size = XLA_FFI_Stream_Get_Args_STRUCT_SIZE;\n"
+        "  s.extension_start = NULL;\n"
+        "  s.ctx = frame->ctx;\n"
+        "  s.stream = NULL;\n"
+        "  XLA_FFI_Error* failed = api->XLA_FFI_Stream_Get(&s);\n"
+        "  if (failed != NULL) return failed;\n"
+        "  pthread_mutex_lock(&rs_lock);\n"
+        "  if (rs_load_driver() != 1) {\n"
+        "    pthread_mutex_unlock(&rs_lock);\n"
+        '    return rs_error(api, "the CUDA driver library (libcuda.so.1) could not be loaded", 0);\n'
+        "  }\n"
+        "  /* XLA calls with its device's context current; else the buffers' own is made current. */\n"
+        "  rs_CUcontext context = NULL;\n"
+        '  const char* what = "cuCtxGetCurrent";\n'
+        "  rs_CUresult result = rs_cuCtxGetCurrent(&context);\n"
+        "  int pushed = 0;\n"
+        "  if (result == 0 && context == NULL) {\n"
+        '    what = "cuPointerGetAttribute";\n'
+        "    result = rs_cuPointerGetAttribute(&context, RS_CU_POINTER_ATTRIBUTE_CONTEXT,\n"
+        "                                      (unsigned long long)(uintptr_t)a[0]->data);\n"
+        '    if (result == 0) {\n'
+        '      what = "cuCtxPushCurrent";\n'
+        "      result = rs_cuCtxPushCurrent(context);\n"
+        "      pushed = result == 0;\n"
+        "    }\n"
+        "  }\n"
+        "  rs_CUfunction function = NULL;\n"
+        "  if (result == 0) result = rs_function(context, &function, &what);\n"
+        "  pthread_mutex_unlock(&rs_lock);\n"
+        "  if (result == 0) {\n"
+        f"    void* pointers[{columns}] = {{{pointers}}};\n"
+        f"    void* params[{columns + 1}];\n"
+        "    params[0] = &n;\n"
+        f"    for (int i = 0; i < {columns}; ++i) params[i + 1] = &pointers[i];\n"
+        f"    unsigned blocks = (unsigned)((n + {threads - 1}) / {threads});\n"
+        '    what = "cuLaunchKernel";\n'
+        f"    result = rs_cuLaunchKernel(function, blocks, 1, 1, {threads}, 1, 1, 0, (rs_CUstream)s.stream,\n"
+        "                               params, NULL);\n"
+        "  }\n"
+        "  if (pushed) { rs_CUcontext popped; rs_cuCtxPopCurrent(&popped); }\n"
+        "  return result == 0 ? NULL : rs_error(api, what, result);\n"
         "}\n")

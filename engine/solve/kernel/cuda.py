@@ -5,9 +5,21 @@ compiled at run time by NVRTC (NVIDIA's `cuda-python` low-level bindings,
 `cuda.bindings`; the `cuda12`/`cuda13` extras install them and the NVRTC
 library) for the device's own architecture, as a CUBIN (no PTX JIT in the
 driver). `--fmad=false`: no fused multiply-adds, so the arithmetic is the
-host build's and close to XLA's. Inside `jax.jit` the kernel is launched
-through `jax.experimental.buffer_callback` on XLA's own stream, reading and
-writing XLA's device buffers in place: nothing goes through the host.
+host build's and close to XLA's.
+
+Inside `jax.jit` the kernel is launched on XLA's own stream, reading and
+writing XLA's device buffers in place (nothing goes through the host), by an
+XLA FFI custom call: a small host library (engine.solve.kernel.c_source.
+cuda_launcher, built by the host's C compiler like the host kernel, the CUBIN
+embedded in it) whose handler calls the CUDA driver. Unlike a Python
+callback, a program holding that call is exported and kept between processes
+(engine.solve.exported): a warm process reads it and neither traces the study,
+nor generates, compiles or loads anything in Python (cProfile of a warm
+1M-point run, one H100, 2026-11-27: 0.7 s of such work on its main thread
+while the launch was a callback). Where the launcher cannot be built (no C
+compiler), or $ROLLSWEEP_CUDA_LAUNCH=callback asks for it, the kernel is
+launched through `jax.experimental.buffer_callback` as before (traced in
+every process).
 
 Every NVRTC and driver call is checked; a failure raises CudaError with the
 error's name (and NVRTC's log), which the seam (engine.solve.kernel) turns
@@ -25,13 +37,15 @@ import numpy as np
 
 from engine.solve._atomic_file import write_whole
 from engine.solve.kernel.c_source import CUDA_ENTRY, KernelSource, KernelUnsupported
-from engine.solve.kernel.host import cache_dir
+from engine.solve.kernel.host import cache_dir, register, shared_library
 from engine.solve.kernel.stored import kernel_source
 
 # Threads per CUDA block. Each thread holds a whole solve (float64 state,
 # stages, event log) in registers and local memory; 128 is a common start,
 # not yet tuned (measure 64/128/256 on the target GPU before relying on it).
 THREADS = 128
+# The launcher loads the driver (dlopen) and guards its table of modules (pthreads).
+LAUNCHER_LIBS = ("-ldl", "-lpthread")
 
 _lock = threading.Lock()
 _cubins: dict[tuple[str, str], bytes] = {}
@@ -178,17 +192,21 @@ class CudaKernel:
 
     name = "cuda"
 
-    def __init__(self, source: KernelSource, arch: str):
+    def __init__(self, source: KernelSource, arch: str, launch: str | None = None):
+        """`launch`: "callback" to launch through a Python callback (None: the
+        FFI launcher; engine.solve.kernel.backends.cuda_launch_requested)."""
         self.source, self.arch = source, arch
         self.cubin = compile_cubin(source, arch)
         self._driver = bindings()[0]
         self._functions: dict[int, object] = {}  # per CUDA context: (module, function)
+        # The FFI launcher's target (None: launched through a Python callback), and how it launches.
+        self.target, self.launch = _launcher(source, self.cubin, launch)
 
     @classmethod
-    def of(cls, body, device=None, key: str | None = None) -> "CudaKernel":
+    def of(cls, body, device=None, key: str | None = None, launch: str | None = None) -> "CudaKernel":
         """The fused kernel body (engine.solve.kernel.body.KernelBody) generated (or
         read where stored under `key`: engine.solve.kernel.stored) and compiled for the device."""
-        return cls(kernel_source(body, key), arch_of(device))
+        return cls(kernel_source(body, key), arch_of(device), launch)
 
     def _function(self, context_key: int):
         driver = self._driver
@@ -230,12 +248,32 @@ class CudaKernel:
 
     def block_call(self, kernel, inputs, out_dtypes, block, interpret) -> list[jax.Array]:
         """kernel(*inputs) -> outputs, columns in and out (as engine.solve.kernel.pallas.block_call)."""
-        from jax.experimental.buffer_callback import buffer_callback
-
         if [np.dtype(x.dtype) for x in inputs] != list(self.source.in_dtypes):
             raise ValueError("the CUDA kernel's inputs do not have the dtypes it was generated for")
+        if [np.dtype(d) for d in out_dtypes] != list(self.source.out_dtypes):
+            raise ValueError("the CUDA kernel's outputs do not have the dtypes it was generated for")
         n = inputs[0].shape[0]
-        if n >= 2**31:
-            raise ValueError(f"the CUDA kernel takes fewer than 2^31 points a call, not {n}")
+        if n >= 2**31 - 1:
+            raise ValueError(f"the CUDA kernel takes fewer than 2^31 - 1 points a call, not {n}")
         shapes = [jax.ShapeDtypeStruct((n,), d) for d in out_dtypes]
+        if self.target is not None:
+            return list(jax.ffi.ffi_call(self.target, shapes)(*inputs))
+        from jax.experimental.buffer_callback import buffer_callback
+
         return list(buffer_callback(self._callback, shapes)(*inputs))
+
+
+def _launcher(source: KernelSource, cubin: bytes, launch: str | None) -> tuple[str | None, str]:
+    """The FFI launcher of `cubin` built (or read from the cache) and
+    registered for CUDA: (its target, "ffi"); (None, why not) where the kernel
+    is to be launched through a Python callback instead."""
+    from engine.solve.kernel.c_source import cuda_launcher
+
+    if launch == "callback":
+        return None, "a Python callback ($ROLLSWEEP_CUDA_LAUNCH=callback)"
+    try:
+        text = cuda_launcher(source, cubin, THREADS)
+        key, lib = shared_library(text, source.digest, LAUNCHER_LIBS, "the CUDA kernel's launcher")
+        return register("cuda", key, lib), "its XLA FFI launcher"
+    except Exception as error:  # noqa: BLE001 - no C compiler, say: the callback launches it, as before
+        return None, f"a Python callback (the FFI launcher could not be built: {type(error).__name__}: {error})"

@@ -30,6 +30,10 @@ callback, the program holding it can be exported and kept in JAX's
 persistent compile cache, so a warm process neither traces nor compiles it.
 The call's target is named by its library (`rs_host_<key>`); a process that
 reads such a program registers the library first (`register_targets`).
+
+The CUDA backend's launcher (engine.solve.kernel.cuda) is such a library
+too, built here by the same compiler into the same cache, its target
+`rs_cuda_<key>` registered for CUDA.
 """
 
 import ctypes
@@ -60,11 +64,12 @@ LIBS = ("-lm",)
 # tests' numpy path (run_numpy) calls the entry through ctypes; XLA calls the
 # FFI handler, which takes any number of columns.
 CTYPES_MAX_ARGUMENTS = 1024
-# The FFI target of a library: its name holds the library's key. (The prefix is
-# written in engine.solve.exported too, which finds it in a stored program:
-# importing it from either module would be an import circle.)
-TARGET_PREFIX = "rs_host_"
-TARGET = re.compile(rb"rs_host_([0-9a-f]{32})")
+# The FFI target of a library: `rs_<kind>_<its key>`. (The prefixes are written
+# in engine.solve.exported too, which finds them in a stored program: importing
+# them from either module would be an import circle.)
+TARGET = re.compile(rb"rs_(host|cuda)_([0-9a-f]{32})")
+# Per kind of library: its FFI handler's symbol and the platform XLA calls it on.
+HANDLERS = {"host": ("rs_ffi_batch", "cpu"), "cuda": ("rs_ffi_cuda", "CUDA")}
 
 _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL] = {}
@@ -113,23 +118,32 @@ def _library_path(key: str) -> Path:
 def library(source) -> tuple[str, ctypes.CDLL]:
     """The source (a c_source.KernelSource) compiled with its FFI handler and
     loaded (from the cache when built before): (its key, the library)."""
-    from engine.solve.kernel.c_source import KernelUnsupported, ffi_entry
+    from engine.solve.kernel.c_source import ffi_entry
+
+    return shared_library(source.text + ffi_entry(source), source.digest, LIBS, "the generated kernel for the host")
+
+
+def shared_library(text: str, digest: str, libs: tuple[str, ...], what: str) -> tuple[str, ctypes.CDLL]:
+    """C `text` (with JAX's FFI header on its include path) compiled by the
+    host's compiler, linked with `libs`, and loaded (from the cache when built
+    before): (its key, the library). `digest`: what it was generated from;
+    `what`: the library, as an error names it."""
+    from engine.solve.kernel.c_source import KernelUnsupported
 
     cc = compiler()
     if cc is None:
-        raise KernelUnsupported("no C compiler (cc, gcc or $CC) to build the generated kernel for the host")
+        raise KernelUnsupported(f"no C compiler (cc, gcc or $CC) to build {what}")
     include, header = _ffi_headers()
-    text = source.text + ffi_entry(source)
-    key = hashlib.sha256("\0".join([source.digest, text, cc, _version(cc), header, *FLAGS, *LIBS]).encode()
+    key = hashlib.sha256("\0".join([digest, text, cc, _version(cc), header, *FLAGS, *libs]).encode()
                          ).hexdigest()[:32]
     with _lock:
         if key in _loaded:
             return key, _loaded[key]
         lib = _open(_library_path(key))
         if lib is None:
-            lib = _open(_build(cc, include, text, key))
+            lib = _open(_build(cc, include, text, key, libs))
         if lib is None:
-            raise KernelUnsupported(f"the host kernel built by {cc} could not be loaded")
+            raise KernelUnsupported(f"{what}, built by {cc}, could not be loaded")
         _loaded[key] = lib
         return key, lib
 
@@ -146,7 +160,7 @@ def _open(path: Path) -> ctypes.CDLL | None:
         return None
 
 
-def _build(cc: str, include: str, text: str, key: str) -> Path:
+def _build(cc: str, include: str, text: str, key: str, libs: tuple[str, ...]) -> Path:
     """The library built from `text` into the cache (a temporary name, then
     renamed: another process sees the whole library or none); where the cache
     cannot be written (a read-only home folder), into this process's own
@@ -163,7 +177,7 @@ def _build(cc: str, include: str, text: str, key: str) -> Path:
     try:
         c_file, built = scratch / "kernel.c", scratch / "kernel.so"
         c_file.write_text(text)
-        run = subprocess.run([cc, *FLAGS, "-I", include, "-o", str(built), str(c_file), *LIBS],
+        run = subprocess.run([cc, *FLAGS, "-I", include, "-o", str(built), str(c_file), *libs],
                              capture_output=True, text=True)
         if run.returncode != 0:
             raise KernelUnsupported(f"{cc} failed to build the generated kernel:\n{run.stderr[-4000:]}")
@@ -174,27 +188,29 @@ def _build(cc: str, include: str, text: str, key: str) -> Path:
     return path
 
 
-def _register(key: str, lib: ctypes.CDLL) -> str:
-    """The library's FFI handler registered with XLA for the CPU (once a process): its target's name."""
-    name = TARGET_PREFIX + key
+def register(kind: str, key: str, lib: ctypes.CDLL) -> str:
+    """The library's FFI handler (a `kind` of HANDLERS) registered with XLA for
+    its platform (once a process): its target's name."""
+    symbol, platform_name = HANDLERS[kind]
+    name = f"rs_{kind}_{key}"
     with _lock:
         if name not in _registered:
-            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(lib.rs_ffi_batch), platform="cpu")
+            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol)), platform=platform_name)
             _registered.add(name)
     return name
 
 
 def register_targets(program: bytes) -> bool:
-    """Each host kernel a serialized program calls registered, its library
-    loaded from the cache: False where one is missing (the program cannot be
-    called here; it is made again, which builds the library)."""
-    for key in sorted({m.decode() for m in TARGET.findall(bytes(program))}):
+    """Each kernel library a serialized program calls registered, loaded from
+    the cache: False where one is missing (the program cannot be called here;
+    it is made again, which builds the library)."""
+    for kind, key in sorted({(k.decode(), m.decode()) for k, m in TARGET.findall(bytes(program))}):
         with _lock:
             lib = _loaded.get(key) or _open(_library_path(key))  # (a damaged one removed: built again)
             if lib is None:
                 return False
             _loaded[key] = lib
-        _register(key, lib)
+        register(kind, key, lib)
     return True
 
 
@@ -210,7 +226,7 @@ class HostKernel:
     def __init__(self, source):
         self.source = source
         key, self._library = library(source)
-        self.target = _register(key, self._library)
+        self.target = register("host", key, self._library)
 
     @classmethod
     def of(cls, body, key: str | None = None) -> "HostKernel":
