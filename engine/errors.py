@@ -1,5 +1,10 @@
 """The errors several layers raise; imports nothing of the engine's."""
 
+# Ends the reason of a failure that is the engine's, not the study's (a check
+# that raised unexpectedly): here, where a message can test for it without
+# importing what raised it (the fused kernel's modules, Pallas among them).
+PLEASE_REPORT = "(please report this)"
+
 
 class ConfigError(ValueError):
     """A sweep file is invalid: `file: key: reason`."""

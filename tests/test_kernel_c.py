@@ -678,7 +678,8 @@ def test_a_kernel_of_more_columns_than_ctypes_passes_runs_through_xla():
         kernel.run_numpy(np.ones(3, np.int32), np.ones(3))
     x = np.array([0.5, 1.5, -2.0])
     active = np.array([1, 0, 1], np.int32)
-    found = jax.jit(lambda a, b: kernel.block_call(None, [a, b], source.out_dtypes, 1, False))(active, x)
+    with jax.default_device(jax.devices("cpu")[0]):  # the host kernel's target is the CPU's (a GPU machine too)
+        found = jax.jit(lambda a, b: kernel.block_call(None, [a, b], source.out_dtypes, 1, False))(active, x)
     assert len(found) == outs
     for k in (0, 1, 517, outs - 1):
         np.testing.assert_array_equal(np.asarray(found[k]), x * k + active)

@@ -72,7 +72,7 @@ def _say_fused_fallback(sweep, plan) -> None:
 
     if detect().platform != "gpu":
         return
-    from engine.solve.kernel.body import PLEASE_REPORT
+    from engine.errors import PLEASE_REPORT
 
     reason = SOLVERS["fused"].unsupported(sweep.study)
     if reason and reason.endswith(PLEASE_REPORT):

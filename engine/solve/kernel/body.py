@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 import engine.solve.kernel.pallas as backend
+from engine.errors import PLEASE_REPORT
 from engine.solve.hybrid import HybridPoint, Start
 from engine.solve.kernel.columns import Columns
 from engine.solve.kernel.jaxpr import LaneFunction, Unfusable, lane_vector, read_leaves, subjaxprs
@@ -164,7 +165,6 @@ class KernelBody:
 
 # Ends a reason that is an unexpected failure of the fused check (a bug of the
 # lane interpreter or a JAX it does not know yet), not a property of the study.
-PLEASE_REPORT = "(please report this)"
 
 
 def unexpected(error: Exception) -> str:

@@ -150,7 +150,7 @@ def _kernel_check(study) -> _Check:
             return _Check(found["reason"], tuple((part, why) for part, why in found["outside"]))
         except (KeyError, TypeError, ValueError):
             pass  # not a check this engine wrote: traced again
-    from engine.solve.kernel.body import PLEASE_REPORT
+    from engine.errors import PLEASE_REPORT
 
     check = _traced_check(study)
     if not (check.reason or "").endswith(PLEASE_REPORT):
