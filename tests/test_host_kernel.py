@@ -24,7 +24,9 @@ from engine.study.status import Status
 from engine.sweep.settings import SolverSettings
 from studies.pingpong import STUDY as PINGPONG
 
-pytestmark = needs_cc
+pytestmark = [needs_cc, pytest.mark.cpu_only(
+    reason="the host kernel is the CPU's: its sweeps, programs and calls here run on JAX's default device, which on "
+           "a GPU machine is the GPU (where the fused solver's kernel is the CUDA one: tests/test_kernel_c.py)")]
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SETTINGS = SolverSettings(rtol=1e-10, atol=1e-12)
 
