@@ -135,9 +135,9 @@ for backend in ${KERNEL_BACKENDS:-default}; do
         $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite --profile &&
         $RS run $WORK/run$((4 * RUN_POINTS)).toml --quiet --overwrite --profile && true"
 done
-# The same runs with the calls' results moved into pinned host memory by the calls
-# (ROLLSWEEP_PINNED_RESULTS=1, engine.solve.evaluate; off by default until measured here).
-part run1m-pinned runs.log 60 env ROLLSWEEP_PINNED_RESULTS=1 bash -c "
+# The same runs with the calls' results left in device memory and copied out after each call
+# (ROLLSWEEP_PINNED_RESULTS=0, engine.solve.evaluate; the default moves them into pinned host memory).
+part run1m-device runs.log 60 env ROLLSWEEP_PINNED_RESULTS=0 bash -c "
     $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite --profile &&
     $RS run $WORK/run$((4 * RUN_POINTS)).toml --quiet --overwrite --profile && true"
 

@@ -162,7 +162,8 @@ def kernel_rows(output: str) -> list[dict]:
             points = number(size.group(1))
         elif measured and points:
             backend, rate, _, error, why = measured.groups()
-            backend = backend.replace("_pinned", ", results to pinned host memory in the call")
+            backend = backend.replace("_pinned", ", results to pinned host memory in the call").replace(
+                "_device", ", results copied out of device memory after the call")
             rows.append({"method": f"fused solver, kernel backend {backend}", "points": points, "rate": number(rate),
                          "errors": {"max |x - closed form|": float(error)},
                          "note": why + ("; no GPU: a smoke test, not a measurement" if smoke else "")})
@@ -255,7 +256,8 @@ def table(rows_file) -> str:
     for p in parts:
         name = p["part"]
         base, _, variant = name.partition("-")
-        kind = "results in pinned host memory" if variant == "pinned" else f"{variant} kernel backend"
+        kind = {"pinned": "results in pinned host memory", "device": "results copied out of device memory"}.get(
+            variant, f"{variant} kernel backend")
         title = TITLES.get(name) or TITLES.get(base, name) + (
             f" ({kind})" if base == "run1m" else f" ({variant})" if variant else "")
         # install and setup give no rows: their machine line heads the table (a failure still gets its row).

@@ -86,13 +86,13 @@ def test_no_points_is_a_clear_error():
 @pytest.mark.cpu_only(reason="compares evaluate's CPU way of copying results out (the default device's plan) with "
                               "the accelerator's way taken on the CPU by a stubbed GPU plan; on a GPU both plans "
                               "are accelerator plans and the CPU way is not run")
-@pytest.mark.parametrize("pinned", ["", "1"], ids=["device memory", "pinned host memory"])
+@pytest.mark.parametrize("pinned", ["0", ""], ids=["device memory", "pinned host memory (the default)"])
 @pytest.mark.parametrize("n", [1000, 3 * 256 + 5])  # one call, and several (the last padded)
 def test_an_accelerators_way_of_copying_results_out_gives_the_same_results(n, pinned, monkeypatch):
-    """On an accelerator each call's results start their copies to the host when
-    the call is queued and come back in one device_get (or, with
-    ROLLSWEEP_PINNED_RESULTS=1, the call itself leaves them in pinned host
-    memory); on CPU they are views of the call's buffers. The same points give
+    """On an accelerator the call itself leaves its results in pinned host
+    memory (or, with ROLLSWEEP_PINNED_RESULTS=0, each call's results start
+    their copies to the host when the call is queued and come back in one
+    device_get); on CPU they are views of the call's buffers. The same points give
     the same bits every way (here the accelerator's ways are taken on the CPU,
     by a plan for a stubbed GPU)."""
     from engine.solve import Device, make_plan
@@ -107,7 +107,7 @@ def test_an_accelerators_way_of_copying_results_out_gives_the_same_results(n, pi
     on_cpu = evaluate(REGIME, settings, params, plan=make_plan(REGIME, solver="vmapped", batch=batch))
     gpu = Device(platform="gpu", count=1, memory=16 * 2**30, cores=16)
     plan = make_plan(REGIME, gpu, solver="vmapped", batch=batch)
-    assert plan.device.accelerator and pinned_results(plan) == bool(pinned)
+    assert plan.device.accelerator and pinned_results(plan) == (pinned != "0")
     as_on_gpu = evaluate(REGIME, settings, params, plan=plan)
     for name, values in on_cpu.outputs.items():
         np.testing.assert_array_equal(as_on_gpu.outputs[name], values, err_msg=name)
@@ -116,23 +116,27 @@ def test_an_accelerators_way_of_copying_results_out_gives_the_same_results(n, pi
 
 
 def test_pinned_results_leave_the_call_in_pinned_host_memory(monkeypatch):
-    """ROLLSWEEP_PINNED_RESULTS=1 on an accelerator plan: every result of a call
-    is in the host's pinned memory (the stubbed GPU's calls run on the CPU, whose
-    device has that memory too); without it, in the device's own memory."""
+    """On an accelerator plan, by default, every result of a call is in the
+    host's pinned memory (the stubbed GPU's calls run on the CPU, whose device
+    has that memory too); with ROLLSWEEP_PINNED_RESULTS=0, in the device's own
+    memory. A CPU plan's results are never moved."""
     import jax
 
     from engine.solve import Device, make_plan
-    from engine.solve.evaluate import PINNED_RESULTS, compiled
+    from engine.solve.evaluate import PINNED_RESULTS, compiled, pinned_results
 
     gpu = Device(platform="gpu", count=1, memory=16 * 2**30, cores=16)
     plan = make_plan(REGIME, gpu, solver="vmapped", batch=16)
     args = {p.name: np.full(16, p.default) for p in REGIME.parameters}
     kinds = {}
-    for pinned in ("", "1"):
+    for pinned in ("0", "", "1"):
         monkeypatch.setenv(PINNED_RESULTS, pinned)
         results = compiled(REGIME, SolverSettings(), ("regime",), plan)(args, np.int32(16))
         kinds[pinned] = {leaf.sharding.memory_kind for leaf in jax.tree.leaves(results)}
-    assert kinds == {"": {"device"}, "1": {"pinned_host"}}
+    assert kinds == {"0": {"device"}, "": {"pinned_host"}, "1": {"pinned_host"}}
+    monkeypatch.delenv(PINNED_RESULTS)
+    on_cpu = make_plan(REGIME, Device(platform="cpu", count=1, cores=2), solver="vmapped", batch=16)
+    assert not on_cpu.device.accelerator and not pinned_results(on_cpu)
 
 
 @pytest.mark.cpu_only(reason="takes an accelerator's way of making a fixed parameter's batch on the CPU, by a "

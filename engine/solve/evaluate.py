@@ -42,18 +42,23 @@ class Evaluation:
     num_events: np.ndarray  # (n,) int32
 
 
-# ROLLSWEEP_PINNED_RESULTS=1: on an accelerator, a call's results are moved into
-# the host's page-locked memory by the compiled call itself (the copy at the bus's
-# speed, on the device's stream), not copied out of device memory afterwards
-# through pageable buffers (8 MB in 3.6 ms on one H100 machine: 2.2 GB/s). Results
-# are the same bits either way (tests/test_evaluate_inputs.py); off by default
-# until measured on a GPU (benchmarks/bench_kernel.py has a row for it).
+# On an accelerator, a call's results are moved into the host's page-locked
+# memory by the compiled call itself (the copy at the bus's speed, on the
+# device's stream), not copied out of device memory afterwards through pageable
+# buffers (8 MB in 3.6 ms on one H100 machine: 2.2 GB/s). Results are the same
+# bits either way (tests/test_evaluate_inputs.py). Measured on two H100 machines,
+# 2026-11-27 (docs/performance.md): the fused solver's compiled calls with their
+# copies 111-115M points/s at 1e6 against 22-26M copied out of device memory,
+# 117-122M against 69M at 1e7; a 1e8-point stream's solving 1.99 s against 2.27 s;
+# 1M- and 4M-point runs alike within their noise. ROLLSWEEP_PINNED_RESULTS=0
+# leaves the results in device memory, copied out afterwards.
 PINNED_RESULTS = "ROLLSWEEP_PINNED_RESULTS"
 
 
 def pinned_results(plan: Plan) -> bool:
-    """Whether `plan`'s calls leave their results in pinned host memory."""
-    asked = os.environ.get(PINNED_RESULTS, "") not in ("", "0")
+    """Whether `plan`'s calls leave their results in pinned host memory: on an
+    accelerator, unless $ROLLSWEEP_PINNED_RESULTS is 0."""
+    asked = os.environ.get(PINNED_RESULTS, "").strip() != "0"
     return asked and plan.device.accelerator and hasattr(jax, "memory") and hasattr(jax.memory, "Space")
 
 
