@@ -14,6 +14,7 @@ ROLLSWEEP_REQUIRE_GPUCHECK=1.
 
 import dataclasses
 import os
+import pathlib
 import shutil
 import sys
 from unittest import mock
@@ -585,27 +586,94 @@ def test_cuda_source_compiles_with_nvrtc(study, settings):
     assert cubin[:4] == b"\x7fELF"
 
 
-def test_the_cuda_launcher_compiles_cleanly_and_exports_its_handler_alone(tmp_path):
-    """The CUDA kernel's FFI launcher (host C against JAX's FFI header, the
-    driver's entry points declared by hand): no warning of the host compiler's
-    with -Wall -Wextra, and its FFI handler the one symbol it exports."""
+def _launcher_built(folder, *warnings):
+    """A CUDA launcher of a kernel of three inputs and two outputs (its CUBIN a
+    stand-in), built into `folder` with the engine's flags (and `warnings`):
+    the library's path."""
     import subprocess
 
-    from engine.solve.kernel.c_source import CUDA_FFI_HANDLER, KernelSource, cuda_launcher
+    from engine.solve.kernel.c_source import KernelSource, cuda_launcher
     from engine.solve.kernel.cuda import LAUNCHER_LIBS, THREADS
     from engine.solve.kernel.host import FLAGS, compiler
 
     source = KernelSource.of("/* a kernel body */", [np.int32, np.float64, np.float64], [np.float64, np.int32])
     text = cuda_launcher(source, b"\x7fELF" + bytes(61), THREADS)
     assert "void* params[6]" in text  # the count, then a pointer a column: the inputs, then the outputs
-    (tmp_path / "launcher.c").write_text(text)
-    built = subprocess.run([compiler(), *FLAGS, "-Wall", "-Wextra", "-Werror", "-I", jax.ffi.include_dir(),
-                            "-o", str(tmp_path / "launcher.so"), str(tmp_path / "launcher.c"), *LAUNCHER_LIBS],
+    (folder / "launcher.c").write_text(text)
+    built = subprocess.run([compiler(), *FLAGS, *warnings, "-I", jax.ffi.include_dir(), "-o",
+                            str(folder / "launcher.so"), str(folder / "launcher.c"), *LAUNCHER_LIBS],
                            capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-3000:]
-    symbols = subprocess.run(["nm", "-D", "--defined-only", str(tmp_path / "launcher.so")],
-                             capture_output=True, text=True).stdout
+    return folder / "launcher.so"
+
+
+def test_the_cuda_launcher_compiles_cleanly_and_exports_its_handler_alone(tmp_path):
+    """The CUDA kernel's FFI launcher (host C against JAX's FFI header, the
+    driver's entry points declared by hand): no warning of the host compiler's
+    with -Wall -Wextra, and its FFI handler the one symbol it exports."""
+    import subprocess
+
+    from engine.solve.kernel.c_source import CUDA_FFI_HANDLER
+
+    library = _launcher_built(tmp_path, "-Wall", "-Wextra", "-Werror")
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True).stdout
     assert [line.split()[-1] for line in symbols.splitlines() if " T " in line] == [CUDA_FFI_HANDLER]
+
+
+def _real_cuda_driver() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+def test_the_cuda_launcher_drives_the_driver_as_it_should(tmp_path):
+    """The launcher's handler called as XLA calls it (tests/cuda_launcher/
+    call_handler.c: three inputs and two outputs of n points, XLA's stream,
+    twice) against a stand-in for the CUDA driver that prints what it is asked
+    (fake_driver.c). One thread a point in blocks of THREADS, the point count
+    then the buffers, inputs before outputs, on XLA's stream, the module loaded
+    once for both calls; with no context current, the buffers' made current and
+    released; a launch that fails, a call of 2^31 points and a missing driver,
+    each the call's error, named."""
+    import subprocess
+
+    from engine.solve.kernel.c_source import CUDA_ENTRY
+    from engine.solve.kernel.cuda import THREADS
+    from engine.solve.kernel.host import compiler
+
+    here = pathlib.Path(__file__).parent / "cuda_launcher"
+    launcher = _launcher_built(tmp_path)
+    (tmp_path / "driver").mkdir()
+    (tmp_path / "no driver").mkdir()
+    for command in ([compiler(), "-O1", "-fPIC", "-shared", "-o", str(tmp_path / "driver" / "libcuda.so.1"),
+                     str(here / "fake_driver.c")],
+                    [compiler(), "-O1", "-I", jax.ffi.include_dir(), "-o", str(tmp_path / "call_handler"),
+                     str(here / "call_handler.c"), "-ldl"]):
+        built = subprocess.run(command, capture_output=True, text=True)
+        assert built.returncode == 0, built.stderr[-3000:]
+
+    def called(n, driver="driver", **env):
+        done = subprocess.run([str(tmp_path / "call_handler"), str(launcher), str(n)], capture_output=True,
+                              text=True, timeout=60, env=os.environ | env | {"LD_LIBRARY_PATH": str(tmp_path / driver)})
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    launch = (f"launch grid {-(-1000 // THREADS)} 1 1 block {THREADS} 1 1 shared 0 stream 0xabc extra (nil) "
+              "n 1000 pointers 0x100 0x200 0x300 0x400 0x500")
+    assert called(1000) == ["module_loaded 1", f"function {CUDA_ENTRY}", launch, "ok", launch, "ok"]
+    assert called(1000, FAKE_NO_CONTEXT="1") == [
+        "pointer_attribute 1 100", "push 0x2000", "module_loaded 1", f"function {CUDA_ENTRY}", launch, "pop", "ok",
+        "pointer_attribute 1 100", "push 0x2000", launch, "pop", "ok"]
+    failed = "error rollsweep's CUDA kernel: cuLaunchKernel failed: CUDA_ERROR_ILLEGAL_ADDRESS (700)"
+    assert called(1000, FAKE_LAUNCH_FAILS="700") == ["module_loaded 1", f"function {CUDA_ENTRY}", failed, failed]
+    assert called(2**31)[-1] == "error rollsweep's CUDA kernel: a call takes fewer than 2^31 points"
+    if not _real_cuda_driver():  # (where one is installed, the loader finds it)
+        assert called(1000, driver="no driver")[-1] == (
+            "error rollsweep's CUDA kernel: the CUDA driver library (libcuda.so.1) could not be loaded")
 
 
 def _cuda_plugin_or_skip():
