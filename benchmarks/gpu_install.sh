@@ -58,7 +58,7 @@ PY
   # either, and PYTHONDONTWRITEBYTECODE is set there: a warm 1M-point run compiled 169 of
   # their modules from source (numpy, fsspec, filelock, asyncio, ...: 0.56 s by cProfile,
   # one H100, 2026-11-27). A user's installation has it (pip and the system's packages
-  # write it): written here for every module what the parts run imports.
+  # write it): written here for every module the parts import.
   # (After .ok: the wheels are in place whether or not this finishes in its time.)
   touch "$_site/.ok"
   PYTHONPATH=$PWD:$_site:$_site-extra timeout 30 python3 benchmarks/gpu_byte_code.py || true

@@ -670,7 +670,9 @@ def test_the_cuda_launcher_drives_the_driver_as_it_should(tmp_path):
         "pointer_attribute 1 100", "push 0x2000", launch, "pop", "ok"]
     failed = "error rollsweep's CUDA kernel: cuLaunchKernel failed: CUDA_ERROR_ILLEGAL_ADDRESS (700)"
     assert called(1000, FAKE_LAUNCH_FAILS="700") == ["module_loaded 1", f"function {CUDA_ENTRY}", failed, failed]
-    assert called(2**31)[-1] == "error rollsweep's CUDA kernel: a call takes fewer than 2^31 points"
+    assert called(2**31)[-1] == "error rollsweep's CUDA kernel: a call takes fewer than 2^31 - 1 points"
+    largest = 2**31 - 2  # the grid counted without overflowing an int
+    assert called(largest)[2].startswith(f"launch grid {-(-largest // THREADS)} 1 1 block {THREADS} ")
     if not _real_cuda_driver():  # (where one is installed, the loader finds it)
         assert called(1000, driver="no driver")[-1] == (
             "error rollsweep's CUDA kernel: the CUDA driver library (libcuda.so.1) could not be loaded")

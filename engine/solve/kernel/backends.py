@@ -84,6 +84,7 @@ def choose(body, platform: str, device=None, request: str | None = None, key: st
     from engine.solve.kernel.jaxpr import Unfusable  # (with Pallas: imported where a kernel is built)
 
     request = request or requested()
+    launch = cuda_launch_requested()  # (a value it does not know raises here, as a backend's name does)
     wanted = request or default_backend(platform)
     asked = f"{ENV}={request}" if request else f"the {platform.upper()} default"
     if wanted == "pallas":
@@ -107,7 +108,7 @@ def choose(body, platform: str, device=None, request: str | None = None, key: st
         from engine.solve.kernel.cuda import CudaKernel, bindings
 
         bindings()
-        kernel = CudaKernel.of(body, device, key, launch=cuda_launch_requested())
+        kernel = CudaKernel.of(body, device, key, launch=launch)
         return Choice("cuda", f"{asked}: generated C compiled by NVRTC, one thread a point, launched by "
                       f"{kernel.launch}", kernel)
     except ImportError as error:

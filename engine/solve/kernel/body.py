@@ -163,13 +163,11 @@ class KernelBody:
         return self.results.lane_vectors(self.lane_finish(params, solution, lanes=lanes), lanes)
 
 
-# Ends a reason that is an unexpected failure of the fused check (a bug of the
-# lane interpreter or a JAX it does not know yet), not a property of the study.
-
-
 def unexpected(error: Exception) -> str:
     """The part of a reason naming an exception raised while checking a study
-    (its message's first line: a reason is said on one line)."""
+    (its message's first line: a reason is said on one line), marked as the
+    engine's failure (a bug of the lane interpreter or a JAX it does not know
+    yet), not a property of the study."""
     lines = str(error).strip().splitlines()
     message = lines[0] if lines else ""
     if len(message) > 300:

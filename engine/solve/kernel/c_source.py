@@ -867,9 +867,10 @@ def generate(fn: Callable, in_dtypes: Sequence, out_dtypes: Sequence) -> KernelS
     return from_jaxpr(closed, in_dtypes, out_dtypes)
 
 
-# The C header of JAX's FFI, and the answer every handler gives when XLA asks for
-# its metadata (the header's API version, no traits: not captured in command
-# buffers), then nothing but at the execute stage.
+# The start of every FFI handler's body (the C header of JAX's FFI included
+# before it): the answer to XLA asking for its metadata (the header's API
+# version, no traits: not captured in command buffers), nothing done but at the
+# execute stage, then the arguments' and results' buffers as `a` and `r`.
 _FFI_PROLOGUE = (
     "  if (frame->extension_start != NULL && frame->extension_start->type == XLA_FFI_Extension_Metadata) {\n"
     "    XLA_FFI_Metadata* m = ((XLA_FFI_Metadata_Extension*)frame->extension_start)->metadata;\n"
@@ -1011,7 +1012,7 @@ def cuda_launcher(source: KernelSource, cubin: bytes, threads: int) -> str:
         "  const XLA_FFI_Api* api = frame->api;\n"
         "  int64_t count = a[0]->dims[0];\n"
         "  if (count == 0) return NULL;\n"
-        '  if (count >= 2147483647) return rs_error(api, "a call takes fewer than 2^31 points", 0);\n'
+        '  if (count >= 2147483647) return rs_error(api, "a call takes fewer than 2^31 - 1 points", 0);\n'
         "  int n = (int)count;\n"
         "  XLA_FFI_Stream_Get_Args s;\n"
         "  s.struct_size = XLA_FFI_Stream_Get_Args_STRUCT_SIZE;\n"
@@ -1048,7 +1049,8 @@ def cuda_launcher(source: KernelSource, cubin: bytes, threads: int) -> str:
         f"    void* params[{columns + 1}];\n"
         "    params[0] = &n;\n"
         f"    for (int i = 0; i < {columns}; ++i) params[i + 1] = &pointers[i];\n"
-        f"    unsigned blocks = (unsigned)((n + {threads - 1}) / {threads});\n"
+        f"    /* From the 64-bit count: n + {threads - 1} need not fit an int. */\n"
+        f"    unsigned blocks = (unsigned)((count + {threads - 1}) / {threads});\n"
         '    what = "cuLaunchKernel";\n'
         f"    result = rs_cuLaunchKernel(function, blocks, 1, 1, {threads}, 1, 1, 0, (rs_CUstream)s.stream,\n"
         "                               params, NULL);\n"

@@ -141,7 +141,7 @@ def shared_library(text: str, digest: str, libs: tuple[str, ...], what: str) -> 
             return key, _loaded[key]
         lib = _open(_library_path(key))
         if lib is None:
-            lib = _open(_build(cc, include, text, key, libs))
+            lib = _open(_build(cc, include, text, key, libs, what))
         if lib is None:
             raise KernelUnsupported(f"{what}, built by {cc}, could not be loaded")
         _loaded[key] = lib
@@ -160,7 +160,7 @@ def _open(path: Path) -> ctypes.CDLL | None:
         return None
 
 
-def _build(cc: str, include: str, text: str, key: str, libs: tuple[str, ...]) -> Path:
+def _build(cc: str, include: str, text: str, key: str, libs: tuple[str, ...], what: str) -> Path:
     """The library built from `text` into the cache (a temporary name, then
     renamed: another process sees the whole library or none); where the cache
     cannot be written (a read-only home folder), into this process's own
@@ -180,7 +180,7 @@ def _build(cc: str, include: str, text: str, key: str, libs: tuple[str, ...]) ->
         run = subprocess.run([cc, *FLAGS, "-I", include, "-o", str(built), str(c_file), *libs],
                              capture_output=True, text=True)
         if run.returncode != 0:
-            raise KernelUnsupported(f"{cc} failed to build the generated kernel:\n{run.stderr[-4000:]}")
+            raise KernelUnsupported(f"{cc} failed to build {what}:\n{run.stderr[-4000:]}")
         os.replace(built, path)
     finally:
         if path.parent != scratch:
