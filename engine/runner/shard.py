@@ -17,6 +17,7 @@ from engine.cube.markers import CRITICAL, GRID
 from engine.cube.store import Cube
 from engine.cube.structure import critical_name
 from engine.runner.tasks import Task
+from engine.solve._host_memory import reused_arrays
 from engine.solve.base import Plan
 from engine.solve.critical import find_critical
 from engine.solve.device import device_name, on_platform
@@ -43,12 +44,15 @@ def _regions(layout, task: Task, arrays: dict) -> list:
 
 def run_grid_task(cube: Cube, plan: Plan, task: Task) -> dict:
     sweep, grid = cube.sweep, cube.layout(GRID)
-    columns = grid.points(task.shards, [a.values for a in sweep.axes])
-    start = time.perf_counter()
-    params = sweep.point_params(sweep.axis_names, columns, task.points)
-    result = evaluate(sweep.study, sweep.solver, params, outputs=sweep.outputs, plan=plan)
-    flat = dict(result.outputs, status=result.status, num_steps=result.num_steps, num_events=result.num_events)
-    return _finish(cube, task, result.status, start, _regions(grid, task, flat))
+    # Its large arrays (columns, whole results) are earlier tasks', given back
+    # once its shards are written (engine.solve._host_memory.reused_arrays).
+    with reused_arrays() as empty:
+        columns = grid.points(task.shards, [a.values for a in sweep.axes], empty)
+        start = time.perf_counter()
+        params = sweep.point_params(sweep.axis_names, columns, task.points)
+        result = evaluate(sweep.study, sweep.solver, params, outputs=sweep.outputs, plan=plan, empty=empty)
+        flat = dict(result.outputs, status=result.status, num_steps=result.num_steps, num_events=result.num_events)
+        return _finish(cube, task, result.status, start, _regions(grid, task, flat))
 
 
 def run_critical_task(cube: Cube, plan: Plan, task: Task) -> dict:

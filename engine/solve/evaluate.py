@@ -281,6 +281,7 @@ def evaluate(
     solver: str | None = None,
     width: int | None = None,
     plan: Plan | None = None,
+    empty=np.empty,
 ) -> Evaluation:
     """Solve every point of `params` (name -> equal-length 1-D arrays).
 
@@ -288,6 +289,9 @@ def evaluate(
     `plan` says how; without one, a plan is made for this device from
     `solver` (a name of engine.solve.SOLVERS; default: the device's choice),
     `batch_size` (points per call) and `width` (points in flight).
+    `empty(shape, dtype)` makes the whole result arrays where a call does not
+    make them (a run's task hands out arrays of earlier tasks:
+    engine.solve._host_memory.reused_arrays).
 
     Settings of float64 (the default) solve in float64 wherever this is
     called from (_in_settings_and_plan).
@@ -335,7 +339,7 @@ def evaluate(
             host.extend(p[:count] for p in pieces)
             return
         if not host:
-            host.extend(np.empty((n, *p.shape[1:]), p.dtype) for p in pieces)
+            host.extend(empty((n, *p.shape[1:]), p.dtype) for p in pieces)
         for whole, piece in zip(host, pieces, strict=True):
             whole[start:start + count] = piece[:count]
 
