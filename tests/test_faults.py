@@ -17,17 +17,17 @@ def test_a_shard_that_raises_is_recorded_and_the_rest_completes(small_sweep, mon
     """A study bug on some points: that shard is marked failed with its error,
     every other shard is written, and the next run retries only it."""
     sweep = load_sweep(small_sweep(shard_size=5))
-    from engine.solve import evaluate as real_evaluate
+    from engine.solve.evaluate import queue_calls as real_queue_calls
 
     calls = {"n": 0}
 
-    def flaky_evaluate(study, settings, params, **options):
+    def flaky_queue_calls(study, settings, params, **options):  # a grid task's calls (engine.runner.shard)
         if np.any(np.isclose(params["spin_ratio"], 3.0)):  # the last shard holds q = 3
             calls["n"] += 1
             raise FloatingPointError("study bug: division by a zero radius")
-        return real_evaluate(study, settings, params, **options)
+        return real_queue_calls(study, settings, params, **options)
 
-    monkeypatch.setattr("engine.runner.shard.evaluate", flaky_evaluate)
+    monkeypatch.setattr("engine.runner.shard.queue_calls", flaky_queue_calls)
     report = run(sweep, progress=False)
     assert report.failed_shards == 1 and calls["n"] == 1
     failures = Markers(sweep.out).failed()
@@ -37,7 +37,7 @@ def test_a_shard_that_raises_is_recorded_and_the_rest_completes(small_sweep, mon
     assert np.count_nonzero(status == Status.PENDING) == 3 and np.count_nonzero(status == Status.SUCCESS) == 20
     assert "failed grid shard 4: FloatingPointError" in progress(sweep.out).describe()
 
-    monkeypatch.setattr("engine.runner.shard.evaluate", real_evaluate)  # the bug fixed: rerun retries only it
+    monkeypatch.setattr("engine.runner.shard.queue_calls", real_queue_calls)  # the bug fixed: rerun retries only it
     report = run(sweep, progress=False)
     assert report.shards_run == 1 and report.failed_shards == 0 and not Markers(sweep.out).failed()
     reference = load_sweep(small_sweep(shard_size=5), out=str(tmp_path / "reference.zarr"))

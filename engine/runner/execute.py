@@ -28,6 +28,7 @@ from engine.cube.store import Cube
 from engine.errors import ConfigError
 from engine.runner.ahead import load_ahead_of_run
 from engine.runner.cost import check_memory, fits_in_memory, plan_for
+from engine.runner.pipeline import held, pipelined, pipelined_results
 from engine.runner.shard import record_failure, run_or_record
 from engine.runner.tasks import Task, tasks_for
 from engine.solve.base import Plan
@@ -213,8 +214,21 @@ def _worker_device():
 
 
 def in_flight(executor: str, workers: int, plan: Plan | None = None) -> int:
-    """Tasks solved at once (each needs its memory at the same time)."""
-    return workers * worker_threads(workers, plan) if executor == "local" else workers
+    """Tasks solved at once (each needs its memory at the same time): inline on
+    an accelerator, those being written and those queued (engine.runner.pipeline)."""
+    if executor == "local":
+        return workers * worker_threads(workers, plan)
+    if executor == "inline" and plan is not None and pipelined(plan):
+        return held(workers, plan)
+    return workers
+
+
+def solving_threads(executor: str, workers: int, plan: Plan) -> int:
+    """Threads (or worker processes' threads) that run tasks, whose time the
+    run's report shares out: a pipeline's writers and its feeding thread."""
+    if executor == "inline" and pipelined(plan):
+        return workers + 1
+    return in_flight(executor, workers, plan)
 
 
 # The plan of each sweep a worker process solves, made at its first task there:
@@ -366,8 +380,7 @@ def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources
     sweep = cube.sweep
     pending = pending_shards(cube)
     points = sum(p for _, _, p in pending)
-    threads = in_flight(executor, workers, plan)
-    tasks = tasks_for(pending, plan, threads)
+    tasks = tasks_for(pending, plan, in_flight(executor, workers, plan))
     failed, failed_shards, solved, shards_done = 0, 0, 0, 0
     name = sweep.study.name
     bar = tqdm(
@@ -380,6 +393,7 @@ def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources
         desc=f"{name} compiling, shards 0/{len(pending)}",
         dynamic_ncols=True,
     )
+    threads = solving_threads(executor, workers, plan)
     task_seconds = {}
     solved_before = stages.current().seconds.get("solving", 0.0)
     with bar, stages.stage("solving"):
@@ -415,7 +429,11 @@ def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources
 def inline_results(cube: Cube, plan: Plan, tasks, threads: int):
     """Tasks on `threads` threads of this process. A compiled call releases the
     GIL, so the threads share one compiled program (no per-process start-up or
-    compile) and keep every core busy."""
+    compile) and keep every core busy. On an accelerator a pipeline: this thread
+    feeds the devices, `threads` threads write (engine.runner.pipeline)."""
+    if pipelined(plan):
+        yield from pipelined_results(cube, plan, tasks, threads)
+        return
     if threads == 1:
         for task in tasks:
             yield run_or_record(cube, plan, task)

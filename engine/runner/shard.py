@@ -5,6 +5,8 @@ Runs wherever the task lands (this process, a dask worker, a SLURM job); it
 needs the cube (its store and sweep) and the plan of the process it runs in.
 """
 
+import contextlib
+import functools
 import os
 import pathlib
 import time
@@ -21,7 +23,7 @@ from engine.solve._host_memory import reused_arrays
 from engine.solve.base import Plan
 from engine.solve.critical import find_critical
 from engine.solve.device import device_name, on_platform
-from engine.solve.evaluate import evaluate
+from engine.solve.evaluate import evaluate, queue_calls
 from engine.study.source import study_folder
 from engine.study.status import Status
 
@@ -43,16 +45,35 @@ def _regions(layout, task: Task, arrays: dict) -> list:
 
 
 def run_grid_task(cube: Cube, plan: Plan, task: Task) -> dict:
+    return start_grid_task(cube, plan, task)()
+
+
+def start_grid_task(cube: Cube, plan: Plan, task: Task):
+    """A grid task's points packed and its first calls queued on this thread's
+    device; the function returned (to call once, on any thread) gathers their
+    results, writes each shard's region, marks it done and reports."""
     sweep, grid = cube.sweep, cube.layout(GRID)
     # Its large arrays (columns, whole results) are earlier tasks', given back
     # once its shards are written (engine.solve._host_memory.reused_arrays).
-    with reused_arrays() as empty:
+    arrays = contextlib.ExitStack()
+    empty = arrays.enter_context(reused_arrays())
+    try:
         columns = grid.points(task.shards, [a.values for a in sweep.axes], empty)
         start = time.perf_counter()
         params = sweep.point_params(sweep.axis_names, columns, task.points)
-        result = evaluate(sweep.study, sweep.solver, params, outputs=sweep.outputs, plan=plan, empty=empty)
-        flat = dict(result.outputs, status=result.status, num_steps=result.num_steps, num_events=result.num_events)
-        return _finish(cube, task, result.status, start, _regions(grid, task, flat))
+        queued = queue_calls(sweep.study, sweep.solver, params, outputs=sweep.outputs, plan=plan, empty=empty)
+    except BaseException:
+        arrays.close()
+        raise
+
+    def finish() -> dict:
+        with arrays:
+            result = queued.result()
+            flat = dict(result.outputs, status=result.status, num_steps=result.num_steps,
+                        num_events=result.num_events)
+            return _finish(cube, task, result.status, start, _regions(grid, task, flat))
+
+    return finish
 
 
 def run_critical_task(cube: Cube, plan: Plan, task: Task) -> dict:
@@ -123,6 +144,28 @@ def run_task(cube: Cube, plan: Plan, task: Task) -> dict:
     return report | {"stages": clock.stop()}
 
 
+def start_task(cube: Cube, plan: Plan, task: Task):
+    """run_task in two halves: a grid task's calls queued here, on this thread's
+    device; the function returned (on any thread) gathers their results, writes
+    and marks the shards, and reports, its stages those of both halves. A
+    critical task (its root searches call the solver again and again) is run
+    whole by the function returned."""
+    if task.kind != GRID:
+        return functools.partial(run_task, cube, plan, task)
+    clock = stages.Clock(stages.TASK_DEFAULT)
+    with stages.running(clock), on_platform(plan.device.platform):
+        finish = start_grid_task(cube, plan, task)
+    started = clock.stop()
+
+    def finished() -> dict:
+        clock = stages.Clock(stages.TASK_DEFAULT)
+        with stages.running(clock), on_platform(plan.device.platform):
+            report = finish()
+        return report | {"stages": stages.add(clock.stop(), started)}
+
+    return finished
+
+
 # Innermost frames in the study's code named with a shard's error: where it raised
 # and where that was called from.
 LOCATION_FRAMES = 3
@@ -152,6 +195,29 @@ def _shown(filename: str) -> str:
     """A path relative to the working folder where it lies below it (studies/x/_model.py)."""
     relative = os.path.relpath(filename)
     return filename if relative.startswith("..") else relative
+
+
+def start_or_record(cube: Cube, plan: Plan, task: Task):
+    """run_or_record in two halves (start_task): a study's error in either is
+    handled as run_or_record handles one, by the function returned (the task run
+    again, then shard by shard, the shards that raise recorded as failed); a
+    disk error stops the run."""
+    try:
+        finish = start_task(cube, plan, task)
+    except OSError:
+        raise
+    except Exception:  # noqa: BLE001 - as run_or_record: a study bug on some points must not stop the sweep
+        return functools.partial(run_or_record, cube, plan, task)
+
+    def finish_or_record() -> dict:
+        try:
+            return finish()
+        except OSError:
+            raise
+        except Exception:  # noqa: BLE001 - as above
+            return run_or_record(cube, plan, task)
+
+    return finish_or_record
 
 
 def run_or_record(cube: Cube, plan: Plan, task: Task) -> dict:

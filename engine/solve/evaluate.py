@@ -298,71 +298,128 @@ def evaluate(
     """
     if plan is None:
         plan = make_plan(study, solver=solver, batch=batch_size, width=width)
-    selected = _selected(study, outputs)
-    fn = compiled(study, settings, selected, plan)
-    batch = plan.batch
-    n = len(next(iter(params.values())))
-    if n == 0:
-        raise ValueError(f"evaluate of study {study.name!r}: no points (every parameter's column is empty)")
-    # A fixed parameter (one value seen n times: a broadcast view) is put on the
-    # device once, as a batch of its value, and passed to every call: copied in
-    # call by call from its view it cost ~10 ns a point (rebound regime map, one
-    # core, 16,384 points a call: 50 against 40). Not as its one value (0-d,
-    # vmapped with in_axes None), though that was faster (rebound regime map:
-    # 14.1 -> 11.8 ns a point): the program then computes what depends on fixed
-    # values alone once, by scalar code whose roundings are not the vectorised
-    # code's (the bicycle's eigenvalues differed in the last bit), and a point's
-    # results would depend on whether its sweep fixes a parameter or sweeps it
-    # (tests/test_fixed_values.py).
-    # Made once a process (_filled): copied in from its view at every call it was
-    # 8 bytes a point per fixed parameter through the host's memory and the bus
-    # (on a GPU, a 2^20-point call of the rolling ball moved 48 MB for its six
-    # fixed parameters).
-    fixed, columns = _fixed_and_columns(study, params, batch, settings.dtype)
-    host = []  # the whole arrays, made at the first results: the selected outputs, status, steps, events
-    accelerator = plan.device.accelerator
+    return Queued(study, settings, params, outputs, plan, empty).result()
 
-    def results(call) -> list:
+
+@_in_settings_and_plan
+def queue_calls(study, settings: SolverSettings, params: dict, outputs=None, *, plan: Plan,
+                empty=np.empty) -> "Queued":
+    """evaluate's calls for `params`, the first WINDOW + 1 queued now on this
+    thread's device (its points packed, its inputs' copies issued): their results
+    are gathered by the returned Queued's result(), on this thread or another,
+    which queues the rest as they end. A run's pipeline queues a task's calls so
+    on its feeding thread and hands the gathering and the writes to a writer
+    (engine.runner.pipeline)."""
+    return Queued(study, settings, params, outputs, plan, empty)
+
+
+class Queued:
+    """A batch of points being solved: its calls queued on the device, `ahead`
+    in flight at a time, and each call's results gathered as it ends, into the whole
+    arrays, while the next calls run: on CPU the copies overlap them, and a
+    call's buffers go back once copied. The calls queued after the first (by
+    result(), maybe on another thread) go where the first went, in the same
+    precision.
+
+    Every call has the plan's batch shape (the last one padded), so one
+    compiled program serves every call and a point's result cannot depend on
+    how many points came with it."""
+
+    def __init__(self, study, settings: SolverSettings, params: dict, outputs, plan: Plan, empty,
+                 ahead: int = WINDOW + 1):
+        self._selected = _selected(study, outputs)
+        self._fn = compiled(study, settings, self._selected, plan)
+        self._batch = plan.batch
+        self._accelerator = plan.device.accelerator
+        self._empty = empty
+        self._n = n = len(next(iter(params.values())))
+        if n == 0:
+            raise ValueError(f"evaluate of study {study.name!r}: no points (every parameter's column is empty)")
+        # A fixed parameter (one value seen n times: a broadcast view) is put on the
+        # device once, as a batch of its value, and passed to every call: copied in
+        # call by call from its view it cost ~10 ns a point (rebound regime map, one
+        # core, 16,384 points a call: 50 against 40). Not as its one value (0-d,
+        # vmapped with in_axes None), though that was faster (rebound regime map:
+        # 14.1 -> 11.8 ns a point): the program then computes what depends on fixed
+        # values alone once, by scalar code whose roundings are not the vectorised
+        # code's (the bicycle's eigenvalues differed in the last bit), and a point's
+        # results would depend on whether its sweep fixes a parameter or sweeps it
+        # (tests/test_fixed_values.py).
+        # Made once a process (_filled): copied in from its view at every call it was
+        # 8 bytes a point per fixed parameter through the host's memory and the bus
+        # (on a GPU, a 2^20-point call of the rolling ball moved 48 MB for its six
+        # fixed parameters).
+        self._fixed, self._columns = _fixed_and_columns(study, params, self._batch, settings.dtype)
+        self._host = []  # the whole arrays, made at the first results: the selected outputs, status, steps, events
+        self._starts = iter(range(0, n, self._batch))
+        self._in_flight = collections.deque()
+        self._ahead = ahead
+        # Where the first calls go (this thread's device, which the caller may have
+        # chosen: engine.solve.device.on_platform, a thread pinned to one of several),
+        # as JAX's setting says it: set again only where a later thread's differs
+        # (the setting is part of a jitted function's cache key).
+        self._device = jax.config.jax_default_device
+        self._float64 = jnp.dtype(settings.dtype) == jnp.float64
+        self._queue()
+
+    @contextlib.contextmanager
+    def _as_first(self):
+        """The block's calls queued as the first ones were (_device, _float64)."""
+        with contextlib.ExitStack() as context:
+            if self._float64 and not jax.config.jax_enable_x64:
+                context.enter_context(float64_here())
+            if jax.config.jax_default_device is not self._device:
+                context.enter_context(jax.default_device(self._device))
+            yield
+
+    def _queue(self) -> None:
+        """Calls queued until `ahead` are in flight or none is left."""
+        while len(self._in_flight) < self._ahead:
+            start = next(self._starts, None)
+            if start is None:
+                return
+            stop = min(start + self._batch, self._n)
+            args = _call_args(self._columns, self._fixed, start, stop, self._batch, self._accelerator)
+            with stages.stage("device"):  # queued; on CPU the call may run here
+                call = self._fn(args, np.int32(stop - start))
+            if self._accelerator:  # each array's copy to the host starts as soon as the call ends
+                # (a stage of its own: asking for the copies held the task threads: 23 of the 42
+                # samples py-spy took of them in a warm 4M-point run, one H100, 2026-11-27)
+                with stages.stage("copy out"):
+                    for piece in self._results(call):
+                        piece.copy_to_host_async()
+            self._in_flight.append((start, stop - start, call))
+
+    def _results(self, call) -> list:
         """A call's arrays, the selected outputs then status, steps, events."""
         outputs, *counters = call
-        return [outputs[k] for k in selected] + counters
+        return [outputs[k] for k in self._selected] + counters
 
-    def collect(start, count, call):
+    def _collect(self, start, count, call) -> None:
         # On an accelerator a call's arrays come back together (their copies started
         # when it was queued); on CPU they are views of its buffers (device_get
         # would copy them: one call of 2^20 rebound-regime points, 52 -> 55 ms).
         with stages.stage("device"):  # the call runs (or is still queued): wait for it
             jax.block_until_ready(call)
         with stages.stage("copy out"):
-            pieces = jax.device_get(results(call)) if accelerator else [np.asarray(p) for p in results(call)]
+            results = self._results(call)
+            pieces = jax.device_get(results) if self._accelerator else [np.asarray(p) for p in results]
+        host, n = self._host, self._n
         if count == n:  # the only call (a GPU task is one): its arrays as they come out, not copied again
             host.extend(p[:count] for p in pieces)
             return
         if not host:
-            host.extend(empty((n, *p.shape[1:]), p.dtype) for p in pieces)
+            host.extend(self._empty((n, *p.shape[1:]), p.dtype) for p in pieces)
         for whole, piece in zip(host, pieces, strict=True):
             whole[start:start + count] = piece[:count]
 
-    # Device -> host as each call completes, into the whole arrays, while the
-    # next calls run: on CPU the copies overlap them, and a call's buffers go
-    # back once copied.
-    in_flight = collections.deque()
-    for start in range(0, n, batch):
-        stop = min(start + batch, n)
-        args = _call_args(columns, fixed, start, stop, batch, accelerator)
-        with stages.stage("device"):  # queued; on CPU the call may run here
-            call = fn(args, np.int32(stop - start))
-        if accelerator:  # each array's copy to the host starts as soon as the call ends
-            # (a stage of its own: asking for the copies held the task threads: 23 of the 42
-            # samples py-spy took of them in a warm 4M-point run, one H100, 2026-11-27)
-            with stages.stage("copy out"):
-                for piece in results(call):
-                    piece.copy_to_host_async()
-        in_flight.append((start, stop - start, call))
-        if len(in_flight) > WINDOW:
-            collect(*in_flight.popleft())
-    while in_flight:
-        collect(*in_flight.popleft())
-    *values, status, steps, events = host
-    return Evaluation(outputs=dict(zip(selected, values, strict=True)), status=status, num_steps=steps,
-                      num_events=events)
+    def result(self) -> Evaluation:
+        """Every call's results gathered (the calls not yet queued queued as
+        earlier ones end): the points' outputs, status, steps and events."""
+        while self._in_flight:
+            self._collect(*self._in_flight.popleft())
+            with self._as_first():
+                self._queue()
+        *values, status, steps, events = self._host
+        return Evaluation(outputs=dict(zip(self._selected, values, strict=True)), status=status, num_steps=steps,
+                          num_events=events)

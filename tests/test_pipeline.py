@@ -1,0 +1,160 @@
+"""A run on an accelerator is a pipeline (engine.runner.pipeline): this thread
+queues each task's calls, writer threads gather, write and mark. Taken here on
+the CPU by a plan for a stubbed GPU: the same cube as task threads give, at
+most `writers` + 1 tasks held, a study's error recorded shard by shard, and a
+disk error stops the run with only whole shards marked done."""
+
+import threading
+import time
+
+import pytest
+
+import engine.runner.shard as shard
+from engine.cube.markers import GRID
+from engine.cube.store import Cube, open_cube
+from engine.runner.execute import run
+from engine.runner.pipeline import PIPELINE
+from engine.solve import Device, make_plan
+from engine.sweep.config import load_sweep
+
+from conftest import cubes_identical, sweep_file
+
+pytestmark = pytest.mark.cpu_only(reason="a stubbed GPU plan's calls run on the CPU")
+
+GPU = Device(platform="gpu", count=1, memory=16 * 2**30, cores=16)
+WRITERS = 2
+
+
+def regime_sweep(tmp_path, name, shard_size=40):
+    return load_sweep(sweep_file(tmp_path, f"""
+        study = "rebound_regime"
+        [axes]
+        spin_ratio = {{ linspace = [-1.0, 1.0, 21] }}
+        incidence_angle = {{ linspace = [0.0, 89.9, 30] }}
+        [run]
+        shard_size = {shard_size}
+        out = "{tmp_path / name}.zarr"
+        """, name=f"{name}.toml"))
+
+
+def gpu_plan(sweep):
+    return make_plan(sweep.study, GPU, solver="vmapped", batch=64)
+
+
+def cube(sweep):
+    return open_cube(sweep.out).load().drop_attrs()
+
+
+def test_a_pipelined_run_writes_the_cube_task_threads_and_the_cpu_write(tmp_path, monkeypatch):
+    where = {"start": set(), "finish": set()}
+    start_task = shard.start_task
+
+    def recorded(cube, plan, task):
+        where["start"].add(threading.current_thread().name)
+        finish = start_task(cube, plan, task)
+
+        def finished():
+            where["finish"].add(threading.current_thread().name.rsplit("_", 1)[0])
+            return finish()
+
+        return finished
+
+    monkeypatch.setattr(shard, "start_task", recorded)
+    piped = regime_sweep(tmp_path, "piped")
+    report = run(piped, plan=gpu_plan(piped), workers=WRITERS, progress=False)
+    assert report.shards_run == 21 and report.failed_shards == 0  # shards of 1 x 30 points
+    assert where == {"start": {threading.current_thread().name}, "finish": {"rollsweep-writer"}}
+    assert report.threads == WRITERS + 1
+
+    monkeypatch.setenv(PIPELINE, "0")
+    threads = regime_sweep(tmp_path, "threads")
+    run(threads, plan=gpu_plan(threads), workers=WRITERS, progress=False)
+    monkeypatch.delenv(PIPELINE)
+    on_cpu = regime_sweep(tmp_path, "cpu")
+    run(on_cpu, progress=False)
+    assert cubes_identical(cube(piped), cube(threads))
+    assert cubes_identical(cube(piped), cube(on_cpu))
+
+
+def test_the_feeding_thread_holds_at_most_one_task_a_device_beyond_the_writers(tmp_path, monkeypatch):
+    """Writers slower than the feeding: the feeding thread runs ahead until it
+    holds one task more than the writers, and no further."""
+    lock, held, most = threading.Lock(), [0], [0]
+    start_task = shard.start_task
+
+    def counted(cube, plan, task):
+        finish = start_task(cube, plan, task)
+        with lock:
+            held[0] += 1
+            most[0] = max(most[0], held[0])
+
+        def finished():
+            time.sleep(0.05)
+            try:
+                return finish()
+            finally:
+                with lock:
+                    held[0] -= 1
+
+        return finished
+
+    monkeypatch.setattr(shard, "start_task", counted)
+    sweep = regime_sweep(tmp_path, "held", shard_size=20)
+    report = run(sweep, plan=gpu_plan(sweep), workers=WRITERS, progress=False)
+    assert report.shards_run == 42 and held == [0]  # shards of 1 x 20 points
+    assert most[0] == WRITERS + GPU.count
+
+
+@pytest.mark.parametrize("half", ["start", "finish"])
+def test_a_study_error_in_either_half_fails_only_the_shard_that_raises(tmp_path, monkeypatch, half):
+    """A task whose calls raise when queued, or when gathered, is run again shard
+    by shard (as task threads do): the shard holding the bad points is recorded
+    failed, its neighbours are written."""
+    start_grid_task = shard.start_grid_task
+    bad = 5
+
+    def failing(cube, plan, task):
+        if half == "start" and bad in task.shards:
+            raise RuntimeError("a study's bug, at its calls")
+        finish = start_grid_task(cube, plan, task)
+
+        def finished():
+            if bad in task.shards:
+                raise RuntimeError("a study's bug, in its results")
+            return finish()
+
+        return finished
+
+    monkeypatch.setattr(shard, "start_grid_task", failing)
+    sweep = regime_sweep(tmp_path, f"fails_{half}", shard_size=20)
+    report = run(sweep, plan=gpu_plan(sweep), workers=WRITERS, progress=False)
+    assert report.failed_shards == 1
+    stored = Cube(sweep.out, sweep)
+    assert sorted(stored.markers.done(GRID)) == [s for s in range(42) if s != bad]
+    (failed,) = stored.markers.failed()
+    assert failed["shard"] == bad and "a study's bug" in failed["error"]
+
+
+def test_a_disk_error_stops_the_run_and_a_second_run_completes_the_cube(tmp_path, monkeypatch):
+    write_regions = Cube.write_regions
+    calls = [0]
+
+    def full_disk(self, regions):
+        calls[0] += 1
+        if calls[0] == 4:
+            raise OSError(28, "No space left on device")
+        return write_regions(self, regions)
+
+    monkeypatch.setattr(Cube, "write_regions", full_disk)
+    sweep = regime_sweep(tmp_path, "disk", shard_size=20)
+    with pytest.raises(OSError, match="No space left"):
+        run(sweep, plan=gpu_plan(sweep), workers=WRITERS, progress=False)
+    done = Cube(sweep.out, sweep).markers.done(GRID)
+    assert 0 < len(done) < 42
+    monkeypatch.setattr(Cube, "write_regions", write_regions)
+    report = run(sweep, plan=gpu_plan(sweep), workers=WRITERS, progress=False)
+    assert report.state == "resumed" and report.shards_run == 42 - len(done)
+    fresh = regime_sweep(tmp_path, "fresh", shard_size=20)
+    run(fresh, progress=False)
+    assert cubes_identical(cube(sweep), cube(fresh))
+    assert len(Cube(sweep.out, sweep).markers.done(GRID)) == 42
