@@ -141,6 +141,12 @@ part run1m-device runs.log 60 env ROLLSWEEP_PINNED_RESULTS=0 bash -c "
     $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite --profile &&
     $RS run $WORK/run$((4 * RUN_POINTS)).toml --quiet --overwrite --profile && true"
 
+# The same runs as task threads, each task whole on one (ROLLSWEEP_PIPELINE=0), not the pipeline
+# (engine.runner.pipeline: this thread queues the calls, writer threads write).
+part run1m-threads runs.log 60 env ROLLSWEEP_PIPELINE=0 bash -c "
+    $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite --profile &&
+    $RS run $WORK/run$((4 * RUN_POINTS)).toml --quiet --overwrite --profile && true"
+
 # ---- 3b. where the 1M-point run's process spends its time: imports, sweep parsed, store
 # ready, first shard, end, exit; a cold process (fresh caches: traces, generates, compiles)
 # and a warm one (benchmarks/startup.py, every core).
@@ -186,7 +192,10 @@ HOST=(--repeat 2)
 [ "$SMALL" = 1 ] && HOST=(--quick)
 part host runs.log 60 python3 benchmarks/host_cost.py "${HOST[@]}"
 
-# ---- 7. 1e8 points end to end into a zarr cube, peak host memory: whatever time is left.
+# ---- 7. 1e8 points end to end into a zarr cube, peak host memory: as task threads
+# (ROLLSWEEP_PIPELINE=0), then as the pipeline in whatever time is left.
+part stream-threads runs.log 40 env ROLLSWEEP_PIPELINE=0 python3 benchmarks/stream_large.py --study pingpong \
+    --side "$SIDE"
 part stream runs.log $((DEADLINE - SECONDS)) python3 benchmarks/stream_large.py --study pingpong --side "$SIDE"
 
 python3 benchmarks/gpu_table.py table "$ROWS" | tee "$OUT/table.md"

@@ -124,7 +124,7 @@ def parsed_rows(part: str, output: str, seconds: float, limit: float | None = No
                          + profile_note(block)})
     elif part == "tests":
         rows.append(pytest_row(output, seconds, limit, rc))
-    elif part == "stream":
+    elif part.startswith("stream"):
         run = re.search(r"run:\s+([\d.,]+) s, ([\d,]+) points/s end to end", output)
         points = re.search(r"^\w+: ([\d,]+) points, shards", output, re.MULTILINE)
         details = [m.group(0).strip() for m in re.finditer(r"^(peak memory|cube on disk|read back):.*$", output,
@@ -194,7 +194,7 @@ def record(rows_file, part, rc, seconds, limit, output_file, log):
         line["rows"] += kernel_rows(output)  # bench_kernel.py prints its own table, records no rows
     if rc:
         why = f"timed out after {limit:.0f} s" if rc in (124, 137) else f"exit {rc}"
-        if part == "stream" and rc == 1 and line["rows"]:  # it ran to the end; its own check failed
+        if part.startswith("stream") and rc == 1 and line["rows"]:  # it ran to the end; its own check failed
             line["failure"] = f"{why}: peak memory not below the cube's in-memory size (stream_large's check)"
         elif rc in (124, 137):  # the rows above are what it measured before
             line["failure"] = why
@@ -256,10 +256,10 @@ def table(rows_file) -> str:
     for p in parts:
         name = p["part"]
         base, _, variant = name.partition("-")
-        kind = {"pinned": "results in pinned host memory", "device": "results copied out of device memory"}.get(
-            variant, f"{variant} kernel backend")
+        kind = {"pinned": "results in pinned host memory", "device": "results copied out of device memory",
+                "threads": "task threads, not the pipeline: ROLLSWEEP_PIPELINE=0"}.get(variant, f"{variant} kernel backend")
         title = TITLES.get(name) or TITLES.get(base, name) + (
-            f" ({kind})" if base == "run1m" else f" ({variant})" if variant else "")
+            f" ({kind})" if base == "run1m" or variant == "threads" else f" ({variant})" if variant else "")
         # install and setup give no rows: their machine line heads the table (a failure still gets its row).
         rows = [] if name in ("install", "setup") else [r for r in measured if r["part"] == name] + p["rows"]
         for r in rows:
