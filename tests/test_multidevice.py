@@ -42,10 +42,13 @@ def regime_sweep(folder, name, executor="inline"):
         """, name=f"{name}.toml")
 
 
-def run_on_devices(config, devices: int, *args, command=("run",)):
+def run_on_devices(config, devices: int, *args, command=("run",), module=True):
+    """The command line's `command` (module=False: python's own, `-c SOURCE`) on
+    `config`, in a process of `devices` CPU devices."""
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join(filter(None, (REPO, os.environ.get("PYTHONPATH")))))
-    done = subprocess.run([sys.executable, "-m", "engine.cli", *command, str(config), *args],
+    program = ("-m", "engine.cli") if module else ()
+    done = subprocess.run([sys.executable, *program, *command, str(config), *args],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return done
@@ -68,6 +71,30 @@ def test_inline_shards_spread_over_every_device(tmp_path, one_device_cube):
     cube = open_cube(out).load()
     assert cube.attrs["device"] == "cpu:cpu x4"
     assert cubes_identical(cube, one_device_cube)
+
+
+# A run as an accelerator's pipeline (engine.runner.pipeline), on these CPU devices.
+PIPELINED_RUN = """
+import sys
+import engine.runner.execute as execute
+from engine.sweep.config import load_sweep
+
+execute.pipelined = lambda device: True
+execute.run(load_sweep(sys.argv[1]), progress=False)
+"""
+
+
+def test_a_pipeline_feeds_every_device_and_its_markers_name_them(tmp_path, one_device_cube):
+    """The feeding thread queues the tasks' calls on the devices in turn; each
+    task's writer works on its task's device: the calls it queues as earlier
+    ones end (16 points a call: several a task) go there, and its markers name it."""
+    config = regime_sweep(tmp_path, "piped")
+    config.write_text(config.read_text().replace("[run]\n", "[run]\nbatch_size = 16\n"))
+    run_on_devices(config, 2, command=("-c", PIPELINED_RUN), module=False)
+    out = tmp_path / "piped.zarr"
+    solved = solving_devices(Markers(out))
+    assert set(solved) == {"cpu:cpu #0", "cpu:cpu #1"}, solved
+    assert cubes_identical(open_cube(out).load(), one_device_cube)
 
 
 @pytest.mark.slow

@@ -37,8 +37,8 @@ def regime_sweep(tmp_path, name, shard_size=40):
         """, name=f"{name}.toml"))
 
 
-def gpu_plan(sweep):
-    return make_plan(sweep.study, GPU, solver="vmapped", batch=64)
+def gpu_plan(sweep, batch=64):
+    return make_plan(sweep.study, GPU, solver="vmapped", batch=batch)
 
 
 def cube(sweep):
@@ -158,3 +158,55 @@ def test_a_disk_error_stops_the_run_and_a_second_run_completes_the_cube(tmp_path
     run(fresh, progress=False)
     assert cubes_identical(cube(sweep), cube(fresh))
     assert len(Cube(sweep.out, sweep).markers.done(GRID)) == 42
+
+
+def test_a_writer_queues_a_tasks_later_calls_into_arrays_of_earlier_tasks(tmp_path, monkeypatch):
+    """Tasks of several calls (16 points a call): the feeding thread queues the
+    first calls, the writer the rest as earlier ones end (as the first were:
+    engine.solve.evaluate.Queued), into whole arrays that earlier tasks gave
+    back, each poisoned when given back: the cube is the CPU plan's."""
+    import engine.solve._host_memory as host_memory
+
+    monkeypatch.setattr(host_memory, "MMAP_THRESHOLD", 64)
+    host_memory.forget_reused_arrays()
+    give_back, handed = host_memory._free.give_back, []
+
+    def poisoned(arrays):
+        for array in arrays:
+            array.fill(7)
+        handed.extend(arrays)
+        give_back(arrays)
+
+    monkeypatch.setattr(host_memory._free, "give_back", poisoned)
+    piped = regime_sweep(tmp_path, "calls", shard_size=120)
+    report = run(piped, plan=gpu_plan(piped, batch=16), workers=WRITERS, progress=False)
+    assert report.failed_shards == 0 and len(handed) > 10
+    on_cpu = regime_sweep(tmp_path, "calls_cpu", shard_size=120)
+    run(on_cpu, progress=False)
+    assert cubes_identical(cube(piped), cube(on_cpu))
+
+
+def test_a_disk_error_while_feeding_stops_the_run_with_whole_shards_done(tmp_path, monkeypatch):
+    """An OSError on the feeding thread (packing a task: its columns, its
+    calls' inputs) stops the run once the tasks being written end; their
+    shards are whole and marked, and the next run completes the cube."""
+    start_grid_task = shard.start_grid_task
+    started = [0]
+
+    def failing(cube, plan, task):
+        started[0] += 1
+        if started[0] == 6:
+            raise OSError(5, "Input/output error")
+        return start_grid_task(cube, plan, task)
+
+    monkeypatch.setattr(shard, "start_grid_task", failing)
+    sweep = regime_sweep(tmp_path, "feeding", shard_size=20)
+    with pytest.raises(OSError, match="Input/output error"):
+        run(sweep, plan=gpu_plan(sweep), workers=WRITERS, progress=False)
+    done = Cube(sweep.out, sweep).markers.done(GRID)
+    assert 0 < len(done) < 42
+    monkeypatch.setattr(shard, "start_grid_task", start_grid_task)
+    run(sweep, plan=gpu_plan(sweep), workers=WRITERS, progress=False)
+    fresh = regime_sweep(tmp_path, "feeding_fresh", shard_size=20)
+    run(fresh, progress=False)
+    assert cubes_identical(cube(sweep), cube(fresh))

@@ -76,8 +76,8 @@ def test_a_run_of_reused_arrays_writes_the_cube_of_fresh_ones(tmp_path, small_th
             out = "{tmp_path / name}.zarr"
             """, name=f"{name}.toml"))
 
-    give_back = host_memory._free.give_back
-    poisoned = []
+    give_back, take = host_memory._free.give_back, host_memory._free.take
+    poisoned, handed_again = [], []
 
     def poison_then_give_back(arrays):
         for array in arrays:
@@ -85,10 +85,17 @@ def test_a_run_of_reused_arrays_writes_the_cube_of_fresh_ones(tmp_path, small_th
             poisoned.append(array.shape)
         give_back(arrays)
 
+    def counted_take(shape, dtype):
+        array = take(shape, dtype)
+        if array is not None:
+            handed_again.append(shape)
+        return array
+
     monkeypatch.setattr(host_memory._free, "give_back", poison_then_give_back)
+    monkeypatch.setattr(host_memory._free, "take", counted_take)
     reused = sweep("reused", 240)
     run(reused, progress=False)
-    assert len(poisoned) > 10  # the columns and whole results of each task
+    assert len(poisoned) > 10 and len(handed_again) > 10  # each task's columns and whole results
 
     monkeypatch.setattr(host_memory, "MMAP_THRESHOLD", 2**62)  # nothing reused
     fresh = sweep("fresh", 240)

@@ -31,6 +31,7 @@ from engine.runner.cost import check_memory, fits_in_memory, plan_for
 from engine.runner.pipeline import held, pipelined, pipelined_results
 from engine.runner.shard import record_failure, run_or_record
 from engine.runner.tasks import Task, tasks_for
+from engine.solve._host_memory import forget_reused_arrays
 from engine.solve.base import Plan
 from engine.solve.device import detect as detect_device
 from engine.solve.device import devices_name, local_devices
@@ -218,15 +219,16 @@ def in_flight(executor: str, workers: int, plan: Plan | None = None) -> int:
     an accelerator, those being written and those queued (engine.runner.pipeline)."""
     if executor == "local":
         return workers * worker_threads(workers, plan)
-    if executor == "inline" and plan is not None and pipelined(plan):
-        return held(workers, plan)
+    if executor == "inline":
+        device = plan.device if plan is not None else detect_device()
+        return held(workers, device) if pipelined(device) else workers
     return workers
 
 
 def solving_threads(executor: str, workers: int, plan: Plan) -> int:
     """Threads (or worker processes' threads) that run tasks, whose time the
     run's report shares out: a pipeline's writers and its feeding thread."""
-    if executor == "inline" and pipelined(plan):
+    if executor == "inline" and pipelined(plan.device):
         return workers + 1
     return in_flight(executor, workers, plan)
 
@@ -344,8 +346,11 @@ def run(
     caller's clock where one runs on this thread, else by one of the run's."""
     clock = stages.current() or stages.Clock("planning")
     with stages.running(clock):
-        report = _run(sweep, executor, workers, scheduler, overwrite, progress, slurm, connect_timeout, lost_after,
-                      plan)
+        try:
+            report = _run(sweep, executor, workers, scheduler, overwrite, progress, slurm, connect_timeout,
+                          lost_after, plan)
+        finally:
+            forget_reused_arrays()  # the tasks' large host arrays: a notebook's next sweep has others
         clock.leave()  # "closing" (entered once the tasks were done) ends with the report
     return dataclasses.replace(report, stages=clock.stop())
 
@@ -431,7 +436,7 @@ def inline_results(cube: Cube, plan: Plan, tasks, threads: int):
     GIL, so the threads share one compiled program (no per-process start-up or
     compile) and keep every core busy. On an accelerator a pipeline: this thread
     feeds the devices, `threads` threads write (engine.runner.pipeline)."""
-    if pipelined(plan):
+    if pipelined(plan.device):
         yield from pipelined_results(cube, plan, tasks, threads)
         return
     if threads == 1:

@@ -23,37 +23,41 @@ import os
 
 from engine.runner.shard import start_or_record
 from engine.solve.base import Plan
-from engine.solve.device import local_devices
+from engine.solve.device import Device, local_devices
 
 PIPELINE = "ROLLSWEEP_PIPELINE"
 
 
-def pipelined(plan: Plan) -> bool:
-    """Whether a run of `plan` in this process is a pipeline: on an accelerator,
-    unless $ROLLSWEEP_PIPELINE is 0."""
-    return plan.device.accelerator and os.environ.get(PIPELINE, "").strip() != "0"
+def pipelined(device: Device) -> bool:
+    """Whether a run on `device` (a Plan's) in this process is a pipeline: on
+    an accelerator, unless $ROLLSWEEP_PIPELINE is 0."""
+    return device.accelerator and os.environ.get(PIPELINE, "").strip() != "0"
 
 
-def held(writers: int, plan: Plan) -> int:
+def held(writers: int, device: Device) -> int:
     """Tasks a pipeline holds at once: one being written by each writer, one
-    queued on each device."""
-    return writers + plan.device.count
+    queued on each of the device's kind."""
+    return writers + device.count
 
 
 def pipelined_results(cube, plan: Plan, tasks, writers: int):
     """Each task's report as its shards are marked done (in the order they
-    finish). `writers` threads write; this thread feeds."""
+    finish). `writers` threads write; this thread feeds. A task's writer works
+    on the device its calls went to: the calls it queues as earlier ones end,
+    a critical task's searches, a retry after a study's error, and the device
+    its markers name."""
     devices = local_devices(plan.device.platform)
-    most = held(writers, plan)
+    most = held(writers, plan.device)
     pool = concurrent.futures.ThreadPoolExecutor(writers, thread_name_prefix="rollsweep-writer")
     running: set = set()
     try:
         for k, task in enumerate(tasks):
             while len(running) >= most:
                 yield from _finished(running)
-            with _on(devices[k % len(devices)] if len(devices) > 1 else None):
+            device = devices[k % len(devices)] if len(devices) > 1 else None
+            with _on(device):
                 finish = start_or_record(cube, plan, task)
-            running.add(pool.submit(finish))
+            running.add(pool.submit(_on_call, device, finish))
         while running:
             yield from _finished(running)
     finally:
@@ -68,6 +72,11 @@ def _finished(running: set):
     for future in done:
         running.discard(future)
         yield future.result()
+
+
+def _on_call(device, fn):
+    with _on(device):
+        return fn()
 
 
 @contextlib.contextmanager

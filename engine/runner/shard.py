@@ -65,13 +65,17 @@ def start_grid_task(cube: Cube, plan: Plan, task: Task):
     except BaseException:
         arrays.close()
         raise
+    fed = time.perf_counter() - start
 
     def finish() -> dict:
+        # The task's seconds (its markers') leave out any wait for this call (a
+        # pipeline's writer to come free); its calls ran through some of it.
+        begun = time.perf_counter()
         with arrays:
             result = queued.result()
             flat = dict(result.outputs, status=result.status, num_steps=result.num_steps,
                         num_events=result.num_events)
-            return _finish(cube, task, result.status, start, _regions(grid, task, flat))
+            return _finish(cube, task, result.status, begun - fed, _regions(grid, task, flat))
 
     return finish
 
@@ -199,23 +203,23 @@ def _shown(filename: str) -> str:
 
 def start_or_record(cube: Cube, plan: Plan, task: Task):
     """run_or_record in two halves (start_task): a study's error in either is
-    handled as run_or_record handles one, by the function returned (the task run
-    again, then shard by shard, the shards that raise recorded as failed); a
-    disk error stops the run."""
+    handled as run_or_record handles one, by the function returned (a task of
+    one shard recorded as failed, a larger one run again shard by shard); a disk
+    error stops the run."""
     try:
         finish = start_task(cube, plan, task)
     except OSError:
         raise
-    except Exception:  # noqa: BLE001 - as run_or_record: a study bug on some points must not stop the sweep
-        return functools.partial(run_or_record, cube, plan, task)
+    except Exception as err:  # noqa: BLE001 - as run_or_record: a study bug on some points must not stop the sweep
+        return functools.partial(_shard_by_shard, cube, plan, task, err)
 
     def finish_or_record() -> dict:
         try:
             return finish()
         except OSError:
             raise
-        except Exception:  # noqa: BLE001 - as above
-            return run_or_record(cube, plan, task)
+        except Exception as err:  # noqa: BLE001 - as above
+            return _shard_by_shard(cube, plan, task, err)
 
     return finish_or_record
 
@@ -230,8 +234,14 @@ def run_or_record(cube: Cube, plan: Plan, task: Task) -> dict:
     except OSError:
         raise
     except Exception as err:  # noqa: BLE001 - a study bug on some points must not stop the sweep
-        if len(task.shards) == 1:
-            return record_failure(cube, task, err)
+        return _shard_by_shard(cube, plan, task, err)
+
+
+def _shard_by_shard(cube: Cube, plan: Plan, task: Task, err: Exception) -> dict:
+    """A task that raised `err`: its one shard recorded as failed, or each of its
+    shards run again alone (run_or_record), and their reports added up."""
+    if len(task.shards) == 1:
+        return record_failure(cube, task, err)
     reports = [run_or_record(cube, plan, Task(task.kind, (shard,), (points,)))
                for shard, points in zip(task.shards, task.sizes, strict=True)]
     errors = [r["error"] for r in reports if "error" in r]

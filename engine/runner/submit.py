@@ -13,7 +13,7 @@ from engine.cube.lock import locked
 from engine.cube.prepare import prepare
 from engine.cube.store import Cube
 from engine.runner.cost import check_memory, fits_in_memory, plan_for
-from engine.runner.execute import default_workers, inline_results, pending_shards
+from engine.runner.execute import default_workers, in_flight, inline_results, pending_shards
 from engine.runner.shard import record_failure
 from engine.runner.slurm import array_script, check_script, read_share, resolve, sbatch, write_share
 from engine.runner.tasks import Task, tasks_for
@@ -98,8 +98,8 @@ def work(store, task: int, share) -> int:
         return 1
     plan = plan_for(sweep)  # this array task's one plan, from its own device
     threads = min(default_workers("inline", sweep, plan), len(pending))
-    if not fits_in_memory(sweep, threads, plan):
+    if not fits_in_memory(sweep, in_flight("inline", threads, plan), plan):
         threads = 1  # as the submission checked: a task at a time
-    tasks = tasks_for(pending, plan, threads)
+    tasks = tasks_for(pending, plan, in_flight("inline", threads, plan))
     failures = sum(info["raised"] for info in inline_results(cube, plan, tasks, threads))
     return 1 if failures else 0

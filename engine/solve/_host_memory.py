@@ -19,6 +19,7 @@ import contextlib
 import ctypes
 import functools
 import math
+import os
 import threading
 
 import numpy as np
@@ -77,6 +78,16 @@ class _FreeArrays:
 _free = _FreeArrays()
 
 
+def _forget_in_child() -> None:
+    """In a forked child: its parent's threads (and a lock one may have held) are not in it."""
+    global _free
+    _free = _FreeArrays()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 @contextlib.contextmanager
 def reused_arrays():
     """`empty(shape, dtype)` for one task's large host arrays (its parameter
@@ -92,8 +103,9 @@ def reused_arrays():
     GB/s reused (one thread); four threads at once 12.9 against 25.4 GB/s.
 
     The arrays must not outlive the block: a task's writes have ended when it
-    returns (engine.runner.shard). At most KEPT_BYTES of free arrays are kept;
-    they are arrays the process's tasks held at once, so its peak is unchanged."""
+    returns (engine.runner.shard). At most KEPT_BYTES of free arrays are kept,
+    arrays the process's tasks held at once, and a run drops them at its end
+    (engine.runner.execute.run)."""
     taken = []
 
     def empty(shape, dtype) -> np.ndarray:
@@ -113,5 +125,5 @@ def reused_arrays():
 
 
 def forget_reused_arrays() -> None:
-    """Every free array kept by reused_arrays dropped (tests)."""
+    """Every free array kept by reused_arrays dropped (a run's end; tests)."""
     _free.clear()
