@@ -55,6 +55,23 @@ def sweep_file(folder: pathlib.Path, body: str, name="sweep.toml") -> pathlib.Pa
     return path
 
 
+def regime_grid(folder: pathlib.Path, name: str, shard_size: int, spins: int = 21, run: str = ""):
+    """A sweep (loaded) of the rebound regime map, spins x 30 points in shards of
+    `shard_size`, with more of its [run] table in `run`: a study that compiles fast."""
+    from engine.sweep.config import load_sweep
+
+    return load_sweep(sweep_file(folder, f"""
+        study = "rebound_regime"
+        [axes]
+        spin_ratio = {{ linspace = [-1.0, 1.0, {spins}] }}
+        incidence_angle = {{ linspace = [0.0, 89.9, 30] }}
+        [run]
+        shard_size = {shard_size}
+        {run}
+        out = "{folder / name}.zarr"
+        """, name=f"{name}.toml"))
+
+
 def assert_rolling_ball_closed_form(columns, result, output, closed_form):
     """Every point of a rolling-ball solve a success, and its `output` the closed
     form's (tests/pingpong_closed_form.py) to the solver's accuracy (rtol 1e-10

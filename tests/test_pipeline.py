@@ -15,9 +15,8 @@ from engine.cube.store import Cube, open_cube
 from engine.runner.execute import run
 from engine.runner.pipeline import PIPELINE
 from engine.solve import Device, make_plan
-from engine.sweep.config import load_sweep
 
-from conftest import cubes_identical, sweep_file
+from conftest import cubes_identical, regime_grid
 
 pytestmark = pytest.mark.cpu_only(reason="a stubbed GPU plan's calls run on the CPU")
 
@@ -26,15 +25,7 @@ WRITERS = 2
 
 
 def regime_sweep(tmp_path, name, shard_size=40):
-    return load_sweep(sweep_file(tmp_path, f"""
-        study = "rebound_regime"
-        [axes]
-        spin_ratio = {{ linspace = [-1.0, 1.0, 21] }}
-        incidence_angle = {{ linspace = [0.0, 89.9, 30] }}
-        [run]
-        shard_size = {shard_size}
-        out = "{tmp_path / name}.zarr"
-        """, name=f"{name}.toml"))
+    return regime_grid(tmp_path, name, shard_size)
 
 
 def gpu_plan(sweep, batch=64):
@@ -135,9 +126,13 @@ def test_a_study_error_in_either_half_fails_only_the_shard_that_raises(tmp_path,
     assert failed["shard"] == bad and "a study's bug" in failed["error"]
 
 
-def test_a_disk_error_stops_the_run_and_a_second_run_completes_the_cube(tmp_path, monkeypatch):
-    write_regions = Cube.write_regions
+@pytest.mark.parametrize("where", ["writing", "feeding"])
+def test_a_disk_error_stops_the_run_and_a_second_run_completes_the_cube(tmp_path, monkeypatch, where):
+    """An OSError in a writer (a full disk) or on the feeding thread (packing a
+    task) stops the run once the tasks being written end: their shards are whole
+    and marked, and the next run completes the cube."""
     calls = [0]
+    write_regions, start_grid_task = Cube.write_regions, shard.start_grid_task
 
     def full_disk(self, regions):
         calls[0] += 1
@@ -145,13 +140,22 @@ def test_a_disk_error_stops_the_run_and_a_second_run_completes_the_cube(tmp_path
             raise OSError(28, "No space left on device")
         return write_regions(self, regions)
 
-    monkeypatch.setattr(Cube, "write_regions", full_disk)
+    def failing_start(cube, plan, task):
+        calls[0] += 1
+        if calls[0] == 6:
+            raise OSError(5, "Input/output error")
+        return start_grid_task(cube, plan, task)
+
+    if where == "writing":
+        monkeypatch.setattr(Cube, "write_regions", full_disk)
+    else:
+        monkeypatch.setattr(shard, "start_grid_task", failing_start)
     sweep = regime_sweep(tmp_path, "disk", shard_size=20)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OSError, match="No space left" if where == "writing" else "Input/output error"):
         run(sweep, plan=gpu_plan(sweep), workers=WRITERS, progress=False)
     done = Cube(sweep.out, sweep).markers.done(GRID)
     assert 0 < len(done) < 42
-    monkeypatch.setattr(Cube, "write_regions", write_regions)
+    monkeypatch.undo()
     report = run(sweep, plan=gpu_plan(sweep), workers=WRITERS, progress=False)
     assert report.state == "resumed" and report.shards_run == 42 - len(done)
     fresh = regime_sweep(tmp_path, "fresh", shard_size=20)
@@ -184,29 +188,3 @@ def test_a_writer_queues_a_tasks_later_calls_into_arrays_of_earlier_tasks(tmp_pa
     on_cpu = regime_sweep(tmp_path, "calls_cpu", shard_size=120)
     run(on_cpu, progress=False)
     assert cubes_identical(cube(piped), cube(on_cpu))
-
-
-def test_a_disk_error_while_feeding_stops_the_run_with_whole_shards_done(tmp_path, monkeypatch):
-    """An OSError on the feeding thread (packing a task: its columns, its
-    calls' inputs) stops the run once the tasks being written end; their
-    shards are whole and marked, and the next run completes the cube."""
-    start_grid_task = shard.start_grid_task
-    started = [0]
-
-    def failing(cube, plan, task):
-        started[0] += 1
-        if started[0] == 6:
-            raise OSError(5, "Input/output error")
-        return start_grid_task(cube, plan, task)
-
-    monkeypatch.setattr(shard, "start_grid_task", failing)
-    sweep = regime_sweep(tmp_path, "feeding", shard_size=20)
-    with pytest.raises(OSError, match="Input/output error"):
-        run(sweep, plan=gpu_plan(sweep), workers=WRITERS, progress=False)
-    done = Cube(sweep.out, sweep).markers.done(GRID)
-    assert 0 < len(done) < 42
-    monkeypatch.setattr(shard, "start_grid_task", start_grid_task)
-    run(sweep, plan=gpu_plan(sweep), workers=WRITERS, progress=False)
-    fresh = regime_sweep(tmp_path, "feeding_fresh", shard_size=20)
-    run(fresh, progress=False)
-    assert cubes_identical(cube(sweep), cube(fresh))

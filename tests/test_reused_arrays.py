@@ -9,9 +9,8 @@ import engine.solve._host_memory as host_memory
 from engine.cube.store import open_cube
 from engine.runner.execute import run
 from engine.solve._host_memory import forget_reused_arrays, reused_arrays
-from engine.sweep.config import load_sweep
 
-from conftest import cubes_identical, sweep_file
+from conftest import cubes_identical, regime_grid
 
 
 @pytest.fixture
@@ -64,17 +63,7 @@ def test_a_run_of_reused_arrays_writes_the_cube_of_fresh_ones(tmp_path, small_th
     more) reused, each poisoned when given back: an element a task did not write
     again would show in the cube."""
     def sweep(name, shard_size):
-        return load_sweep(sweep_file(tmp_path, f"""
-            study = "rebound_regime"
-            [axes]
-            spin_ratio = {{ linspace = [-1.0, 1.0, 41] }}
-            incidence_angle = {{ linspace = [0.0, 89.9, 30] }}
-            [run]
-            shard_size = {shard_size}
-            batch_size = 64
-            workers = 2
-            out = "{tmp_path / name}.zarr"
-            """, name=f"{name}.toml"))
+        return regime_grid(tmp_path, name, shard_size, spins=41, run="batch_size = 64\nworkers = 2")
 
     give_back, take = host_memory._free.give_back, host_memory._free.take
     poisoned, handed_again = [], []
