@@ -33,8 +33,8 @@ from engine.runner.shard import record_failure, run_or_record
 from engine.runner.tasks import Task, tasks_for
 from engine.solve._host_memory import forget_reused_arrays
 from engine.solve.base import Plan
+from engine.solve.device import call_on, devices_name, local_devices
 from engine.solve.device import detect as detect_device
-from engine.solve.device import devices_name, local_devices
 from engine.sweep.config import Sweep
 
 # An existing cluster (--scheduler). dask's own connect timeout, 30 s, is long to
@@ -184,19 +184,9 @@ def _pin_threads(devices):
     return pin
 
 
-def _on_device(device, fn, *args):
-    """fn(*args) with this thread's compiled calls on `device` (None: JAX's default)."""
-    if device is None:
-        return fn(*args)
-    import jax
-
-    with jax.default_device(device):
-        return fn(*args)
-
-
 def _on_pinned_device(fn, *args):
     """fn(*args) on this thread's pinned device (if any)."""
-    return _on_device(getattr(_PINNED, "device", None), fn, *args)
+    return call_on(getattr(_PINNED, "device", None), fn, *args)
 
 
 def _worker_device():
@@ -256,7 +246,7 @@ def solve_task(cube: Cube, task: Task) -> dict:
     changed for this task's thread only while it runs."""
     with task_settings():
         check_device()
-        return _on_device(_worker_device(), run_or_record, cube, _worker_plan(cube.sweep), task)
+        return call_on(_worker_device(), run_or_record, cube, _worker_plan(cube.sweep), task)
 
 
 @contextlib.contextmanager

@@ -18,12 +18,11 @@ are (each task whole on one of the task threads).
 """
 
 import concurrent.futures
-import contextlib
 import os
 
 from engine.runner.shard import start_or_record
 from engine.solve.base import Plan
-from engine.solve.device import Device, local_devices
+from engine.solve.device import Device, call_on, local_devices
 
 PIPELINE = "ROLLSWEEP_PIPELINE"
 
@@ -55,9 +54,8 @@ def pipelined_results(cube, plan: Plan, tasks, writers: int):
             while len(running) >= most:
                 yield from _finished(running)
             device = devices[k % len(devices)] if len(devices) > 1 else None
-            with _on(device):
-                finish = start_or_record(cube, plan, task)
-            running.add(pool.submit(_on_call, device, finish))
+            finish = call_on(device, start_or_record, cube, plan, task)
+            running.add(pool.submit(call_on, device, finish))
         while running:
             yield from _finished(running)
     finally:
@@ -72,20 +70,3 @@ def _finished(running: set):
     for future in done:
         running.discard(future)
         yield future.result()
-
-
-def _on_call(device, fn):
-    with _on(device):
-        return fn()
-
-
-@contextlib.contextmanager
-def _on(device):
-    """This thread's calls on `device` (None: where they are)."""
-    if device is None:
-        yield
-        return
-    import jax
-
-    with jax.default_device(device):
-        yield

@@ -69,6 +69,25 @@ def local_devices(platform: str | None = None) -> list:
 
 
 @contextlib.contextmanager
+def on_device(device):
+    """This thread's compiled calls on `device` (None: where they are: JAX's
+    default, or a device the thread chose before)."""
+    if device is None:
+        yield
+        return
+    import jax
+
+    with jax.default_device(device):
+        yield
+
+
+def call_on(device, fn, *args):
+    """fn(*args) with this thread's compiled calls on `device` (on_device)."""
+    with on_device(device):
+        return fn(*args)
+
+
+@contextlib.contextmanager
 def on_platform(platform: str):
     """This thread's compiled calls on a device of `platform` (a plan routed to the
     host's cores on a GPU machine); nothing changes where they already are."""
