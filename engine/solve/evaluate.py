@@ -223,6 +223,16 @@ def _call_args(columns: dict, fixed: dict, start: int, stop: int, batch: int, ac
     return args | fixed
 
 
+def _is_float64(settings: SolverSettings) -> bool:
+    return jnp.dtype(settings.dtype) == jnp.float64
+
+
+def _in_precision(context: contextlib.ExitStack, float64: bool) -> None:
+    """JAX's x64 entered in `context` where `float64` asks for it and this thread lacks it."""
+    if float64 and not jax.config.jax_enable_x64:
+        context.enter_context(float64_here())
+
+
 def _in_settings_and_plan(fn):
     """fn(study, settings, ..., plan=...) under JAX's x64 where its settings are
     float64 and the calling thread has no x64 (a notebook that never ran
@@ -236,8 +246,7 @@ def _in_settings_and_plan(fn):
     @functools.wraps(fn)
     def in_settings_and_plan(study, settings: SolverSettings, *args, **kwargs):
         with contextlib.ExitStack() as context:
-            if jnp.dtype(settings.dtype) == jnp.float64 and not jax.config.jax_enable_x64:
-                context.enter_context(float64_here())
+            _in_precision(context, _is_float64(settings))
             if kwargs.get("plan") is not None:
                 context.enter_context(on_platform(kwargs["plan"].device.platform))
             return fn(study, settings, *args, **kwargs)
@@ -359,15 +368,14 @@ class Queued:
         # as JAX's setting says it: set again only where a later thread's differs
         # (the setting is part of a jitted function's cache key).
         self._device = jax.config.jax_default_device
-        self._float64 = jnp.dtype(settings.dtype) == jnp.float64
+        self._float64 = _is_float64(settings)
         self._queue()
 
     @contextlib.contextmanager
     def _as_first(self):
         """The block's calls queued as the first ones were (_device, _float64)."""
         with contextlib.ExitStack() as context:
-            if self._float64 and not jax.config.jax_enable_x64:
-                context.enter_context(float64_here())
+            _in_precision(context, self._float64)
             if jax.config.jax_default_device is not self._device:
                 context.enter_context(jax.default_device(self._device))
             yield
