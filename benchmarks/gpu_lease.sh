@@ -147,6 +147,12 @@ part run1m-threads runs.log 60 env ROLLSWEEP_PIPELINE=0 bash -c "
     $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite --profile &&
     $RS run $WORK/run$((4 * RUN_POINTS)).toml --quiet --overwrite --profile && true"
 
+# The same warm run twice with JAX's backend started where the run first asks for its devices,
+# after its imports (ROLLSWEEP_BACKEND_AHEAD=0), not beside them (engine._jax_setup.start_backend).
+part run1m-serial runs.log 45 env ROLLSWEEP_BACKEND_AHEAD=0 bash -c "
+    $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite --profile &&
+    $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite --profile && true"
+
 # ---- 3b. where the 1M-point run's process spends its time: imports, sweep parsed, store
 # ready, first shard, end, exit; a cold process (fresh caches: traces, generates, compiles)
 # and a warm one (benchmarks/startup.py, every core).

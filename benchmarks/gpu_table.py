@@ -257,7 +257,8 @@ def table(rows_file) -> str:
         name = p["part"]
         base, _, variant = name.partition("-")
         kind = {"pinned": "results in pinned host memory", "device": "results copied out of device memory",
-                "threads": "task threads, not the pipeline: ROLLSWEEP_PIPELINE=0"}.get(
+                "threads": "task threads, not the pipeline: ROLLSWEEP_PIPELINE=0",
+                "serial": "JAX's backend started after the imports: ROLLSWEEP_BACKEND_AHEAD=0"}.get(
             variant, f"{variant} kernel backend")
         title = TITLES.get(name) or TITLES.get(base, name) + (
             f" ({kind})" if base == "run1m" or variant == "threads" else f" ({variant})" if variant else "")

@@ -8,6 +8,7 @@ import sys
 import threading
 
 from engine._imports import import_paused
+from engine._jax_setup import DeviceError, backend_started, start_backend
 from engine.cli import stops
 from engine.errors import ConfigError, StoreError
 
@@ -236,6 +237,7 @@ def _slurm_options(p, tasks_help):
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="rollsweep", description=__doc__)
+    top.set_defaults(backend=False)  # True: a command that asks for JAX's devices (_import_command)
     sub = top.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("studies", help="list studies, their parameters and outputs")
@@ -246,7 +248,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("config")
     p.add_argument("--out", help="override [run] out")
     p.add_argument("--workers", type=int)
-    p.set_defaults(fn=_validate, module="engine.runner.cost")
+    p.set_defaults(fn=_validate, module="engine.runner.cost", backend=True)
 
     p = sub.add_parser("run", help="run (or resume) a sweep")
     p.add_argument("config")
@@ -269,7 +271,7 @@ def parser() -> argparse.ArgumentParser:
                    help="say where the time went: seconds per stage (start-up, planning, store, solving: compile, "
                         "device calls, copies, packing, writes, markers, waiting)")
     _slurm_options(p, tasks_help="worker jobs (executor slurm)")
-    p.set_defaults(fn=_run, module="engine.runner.ahead")
+    p.set_defaults(fn=_run, module="engine.runner.ahead", backend=True)
 
     p = sub.add_parser("submit", help="submit a sweep to SLURM as a job array")
     p.add_argument("config")
@@ -282,13 +284,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("store")
     p.add_argument("--task", type=int, required=True)
     p.add_argument("--share", required=True)
-    p.set_defaults(fn=_work, module="engine.runner.submit")
+    p.set_defaults(fn=_work, module="engine.runner.submit", backend=True)
 
     p = sub.add_parser("point", help="solve one point of a sweep eagerly (no compiling) to debug a study")
     p.add_argument("config")
     p.add_argument("--at", nargs="+", metavar="NAME=VALUE", help="the point's axis (or other parameter) values")
     p.add_argument("--index", type=int, metavar="N", help="the grid's N-th point (C order of the axes)")
-    p.set_defaults(fn=_point, module="engine.runner.point")
+    p.set_defaults(fn=_point, module="engine.runner.point", backend=True)
 
     p = sub.add_parser("status", help="progress of a cube (being) written")
     p.add_argument("path")
@@ -308,7 +310,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="demo", help="folder for cubes and figures (default: demo)")
     p.add_argument("--workers", type=int)
     p.add_argument("--executor", choices=["local", "inline"])
-    p.set_defaults(fn=_demo, module="engine.cli.demo")
+    p.set_defaults(fn=_demo, module="engine.cli.demo", backend=True)
     return top
 
 
@@ -335,8 +337,12 @@ def entry(argv=None) -> int:
     Measured on 2 cores: `rollsweep run` of 100,000 points, whole processes,
     3.1 s -> 2.7 s (with the imports' collector paused: 2.6 s). Not in `main`,
     which a notebook or a test may call: there, freezing would keep the
-    caller's garbage for good."""
-    return main(argv, freeze=True)
+    caller's garbage for good. Nor is JAX's backend started ahead there
+    (_import_command): the caller's JAX may be set up otherwise."""
+    try:
+        return main(argv, freeze=True)
+    finally:
+        backend_started()
 
 
 def program(argv=None):
@@ -397,8 +403,13 @@ def _import_command(module: str, args):
     nothing of them for --help), with the cyclic collector paused
     (engine._imports); in the program's own process, all of it then kept out of
     later collections. Its module first (args.module), and any it imports once
-    under way (a run: the runner, after its program's compile is started)."""
+    under way (a run: the runner, after its program's compile is started).
+    For a command that solves or plans, in the program's own process, JAX
+    comes first and its backend starts beside the rest (start_backend)."""
     with stops.deferred():
+        if args.whole_process and args.backend:
+            import_paused("jax")
+            start_backend()
         imported = import_paused(module)
     if args.whole_process:
         gc.freeze()
@@ -424,6 +435,9 @@ def _main(argv, freeze: bool = False) -> int:
         if isinstance(err, (ConfigError, StoreError)):
             print(f"rollsweep: error: {err}", file=sys.stderr)
             return EXIT_BAD_INPUT
+        if isinstance(err, DeviceError):  # nothing solved: the machine's devices, not the sweep
+            print(f"rollsweep: error: {err}", file=sys.stderr)
+            return 1
         if isinstance(err, BrokenPipeError):  # output piped into `head` and the like
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
             return 0

@@ -43,7 +43,12 @@ def detect(platform: str | None = None) -> Device:
 
 @functools.cache
 def _detect(platform: str | None) -> Device:
-    devices = local_devices(platform)
+    try:
+        devices = local_devices(platform)
+    except RuntimeError as err:  # JAX's backend did not start: JAX_PLATFORMS, a driver, a plug-in
+        from engine._jax_setup import DeviceError
+
+        raise DeviceError(f"JAX could not start its devices: {err}") from err
     first = devices[0]
     memory = None
     if first.platform != "cpu":
