@@ -103,6 +103,31 @@ def children_on_cpu(monkeypatch):
 
 
 @pytest.fixture
+def fresh_compile_cache(tmp_path, monkeypatch):
+    """The test's own compile cache (tmp_path/cache): the engine's programs and
+    executables, and JAX's persistent cache, which is process-wide (pointed
+    there, then back). For a test that asks what is compiled or kept, which
+    depends on what an earlier test or run left in a shared cache."""
+    import jax
+    from jax._src import compilation_cache
+
+    from engine.solve.evaluate import compiled
+
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("ROLLSWEEP_CACHE", str(folder))
+    before = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    compilation_cache.reset_cache()
+    compiled.cache_clear()
+    try:
+        yield folder
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)
+        compilation_cache.reset_cache()
+        compiled.cache_clear()
+
+
+@pytest.fixture
 def small_sweep(tmp_path):
     """A small pingpong sweep file whose cube goes to tmp_path/cube.zarr."""
     def make(axes='spin_ratio = { linspace = [0.0, 3.0, 23] }', extra="", shard_size=5):

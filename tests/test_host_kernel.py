@@ -32,10 +32,11 @@ SETTINGS = SolverSettings(rtol=1e-10, atol=1e-12)
 
 
 @pytest.fixture
-def caches(tmp_path, monkeypatch):
-    """Caches of the test's own (programs, traced parts, libraries), and nothing
-    of this process's remembered: each solve as a fresh process's."""
-    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "cache"))
+def caches(tmp_path, monkeypatch, fresh_compile_cache):
+    """Caches of the test's own (programs, executables, JAX's compiled programs,
+    traced parts, libraries), and nothing of this process's remembered: each
+    solve as a fresh process's."""
+    assert os.environ[CACHE_VARIABLE] == str(tmp_path / "cache")  # (fresh_compile_cache's)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user"))
     monkeypatch.delenv("ROLLSWEEP_KERNEL_BACKEND", raising=False)
     _forget(monkeypatch)
@@ -127,6 +128,7 @@ def test_a_fallback_is_not_kept_for_a_process_that_builds_the_kernel(caches, mon
         fallback = _solve(_columns(PINGPONG, spin_ratio=np.linspace(0.2, 3.0, 8)))
     assert (fallback.status == Status.SUCCESS).all()
     assert _programs(caches) == []
+    assert sorted((caches / "cache" / "programs").glob("*.executable")) == []  # nor its executable
     monkeypatch.delenv("CC")
     _forget(monkeypatch)
     _solve(COLUMNS)

@@ -15,12 +15,15 @@ import numpy as np
 import pytest
 
 from engine import Interval, Output, Parameter, PointResult, Study
+from engine.cube.store import open_cube
 from engine.runner.ahead import load_ahead_of_run, load_programs
 from engine.runner.execute import run
 from engine.solve import make_plan
 from engine.solve.evaluate import compiled, evaluate, load_ahead
 from engine.sweep.config import load_sweep
 from engine.sweep.settings import SolverSettings
+
+from conftest import cubes_identical
 
 LOWERED = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 COMPILED = "/jax/core/compile/backend_compile_duration"
@@ -140,11 +143,13 @@ def test_an_interrupt_while_it_is_made_leaves_no_lock_behind(monkeypatch):
 
 
 @pytest.mark.parametrize("critical", [False, True], ids=["grid", "grid and critical"])
-def test_a_runs_tasks_call_the_programs_compiled_ahead(critical, small_sweep):
+def test_a_runs_tasks_call_the_programs_compiled_ahead(critical, small_sweep, fresh_compile_cache):
     """engine.run of a fresh cube: its programs (the grid's; with [critical],
     the root search's too) lowered by the caller's thread and each compiled
     once, by a compile thread; the task threads only call them (their cube is
-    tested everywhere else)."""
+    tested everywhere else). The next process's run (its programs forgotten,
+    the same cache) neither lowers nor compiles: the compile thread loads the
+    executables the first kept (engine.solve.executables), the same bits."""
     extra = ('[critical]\noutput = "final_displacement"\naxis = "spin_ratio"\nbracket = [1.0, 3.0]\nxtol = 1e-12'
              if critical else "")
     sweep = load_sweep(small_sweep(extra=extra))
@@ -155,6 +160,14 @@ def test_a_runs_tasks_call_the_programs_compiled_ahead(critical, small_sweep):
     assert {thread for event, thread in seen if event == LOWERED} == {"MainThread"}, seen
     assert [thread for event, thread in seen if event == COMPILED] == ["rollsweep-compile"] * (1 + critical), seen
     assert report.stages["program"] > 0
+    assert len(list((fresh_compile_cache / "programs").glob("*.executable"))) == 1 + critical
+    first = open_cube(sweep.out).load()
+    compiled.cache_clear()
+    with events() as seen:
+        report = run(sweep, progress=False, overwrite=True)
+    assert report.failed_points == 0 and report.failed_shards == 0
+    assert seen == [], seen
+    assert cubes_identical(first, open_cube(sweep.out).load())
 
 
 def test_a_run_loads_ahead_only_what_it_will_solve_here(small_sweep):

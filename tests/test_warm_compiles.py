@@ -1,8 +1,8 @@
 """A warm process compiles nothing: the second `rollsweep run` of a sweep, in
 a fresh process with the first one's compile cache, gets every program it
 calls (the solver's batch function, and whatever else a run dispatches: fixed
-parameters' batches, casts, checks) from JAX's persistent cache or the
-exported programs. A program JAX would not keep (under its default
+parameters' batches, casts, checks) from the executables it kept, JAX's
+persistent cache or the exported programs. A program JAX would not keep (under its default
 thresholds: 1 s to compile) was compiled again in every process: 10-40 ms
 each on 2 cores, where a warm run takes about a second in all.
 
@@ -71,8 +71,14 @@ def test_a_second_process_compiles_nothing(tmp_path):
     cold = run_in_a_fresh_process(cache, tmp_path / "cold.zarr")
     warm = run_in_a_fresh_process(cache, tmp_path / "warm.zarr")
     assert cold["compiles"] - cold["cache_hits"] > 0, cold  # what the count counts
-    assert warm["cache_hits"] > 0, warm
     assert warm["compiles"] - warm["cache_hits"] == 0, f"a warm process compiled: {warm}"
+    # Its solver's two programs (the grid's, the critical spin ratio's root search) not even
+    # read from JAX's cache: their executables, kept by the first process, are loaded
+    # (engine.solve.executables). On CPU nothing else is compiled; on a GPU the fixed
+    # parameters' batches are made by programs read from JAX's cache.
+    assert len(list((cache / "programs").glob("*.executable"))) == 2
+    if jax.default_backend() == "cpu":
+        assert warm["compiles"] == 0, warm
     # nor traced: what traces a study (diffrax, equinox: 0.26 s of imports) is not even imported
     assert cold["imported"] == ["diffrax", "equinox"] and warm["imported"] == [], (cold, warm)
     # and the fused kernel's (Pallas among them), which a CPU run of lanes never uses, neither; on a GPU,

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import engine.solve.executables as executables
 import engine.solve.exported as exported
 import engine.stages as stages
 from engine._jax_setup import float64_here
@@ -74,11 +75,17 @@ def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: 
     load from the cache) is made by one thread while the others wait: shard
     threads starting together each traced the same program at once (~1.3 s of
     tracing each on 2 cores). A program exported by an earlier process is not
-    traced again (engine.solve.exported). `pinned`: the results moved to pinned
-    host memory inside the call (around the exported program, which stays the same)."""
+    traced again (engine.solve.exported); on a plan of one device, its
+    executable is not even lowered again (engine.solve.executables): calls go
+    through the executable compiled or loaded, the one a later process loads.
+    `pinned`: the results moved to pinned host memory inside the call (around
+    the exported program, which stays the same)."""
     if not plan.device.accelerator:
         keep_freed_memory()  # else every call faults its buffers in afresh (engine.solve._host_memory)
     lock, ready, loaded = threading.Lock(), threading.Event(), threading.Event()
+    # One device: every call on it, and its executable kept between processes. On
+    # several, each pinned thread's calls compile their own (jit's, per device).
+    single = plan.device.count == 1
     fn = None
 
     def make():
@@ -87,43 +94,85 @@ def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: 
     def to_host(program):
         return jax.jit(lambda *args: jax.tree.map(lambda x: jax.device_put(x, jax.memory.Space.Host), program(*args)))
 
-    def made(args):
+    def made(args, program_key):
         nonlocal fn
         if fn is None:
-            program = exported.program(make, exported.program_key(study, settings, selected, plan, args), args)
+            program = exported.program(make, program_key, args)
             fn = to_host(program) if pinned else program
         return fn
+
+    def keys(args) -> tuple:
+        """(the program's key, its executable's on this thread's device, where kept, and the device)."""
+        program_key = exported.program_key(study, settings, selected, plan, args)
+        device = current_device()
+        return program_key, executables.executable_key(program_key, device, pinned) if single else None, device
+
+    def kept_as(key, program_key):
+        """`key` where the program made is kept between processes (exported.stored),
+        else None: a program made for this process alone (the fused kernel run by
+        Pallas where the host kernel's build failed) is not, nor its executable."""
+        return key if exported.stored(program_key) else None
+
+    def compiled_here(args):
+        """The program for calls like `args` made ready on this thread: its
+        executable loaded where kept, else compiled (or read from JAX's cache)
+        and kept. Calls then go through that executable (one device)."""
+        nonlocal fn
+        program_key, key, device = keys(args)
+        executable = executables.load(key, device)
+        if executable is None:
+            program = made(args, program_key)
+            executable = executables.compile_and_keep(kept_as(key, program_key), program, args)
+        if single:
+            fn = executable
 
     def call(*args):
         if not ready.is_set():
             # Its threads wait here for the program (not for one another's calls):
-            # the first compiles it, or finds it compiled ahead (load_ahead) in
-            # JAX's caches; a thread whose calls differ (another device) compiles
-            # its own, here, under this stage.
+            # the first compiles it, or finds it made ahead (load_ahead); a
+            # thread whose calls differ (another device) compiles its own,
+            # jit's, at its first call.
             with stages.stage("compile"), lock:
                 if not ready.is_set():
-                    made(args).lower(*args).compile()
+                    if not loaded.is_set():
+                        compiled_here(args)
                     ready.set()
         return fn(*args)
 
     def load_ahead(*args) -> threading.Thread | None:
-        """The program for calls like `args` made ready before the first: traced
-        (or its exported program read) and lowered on this thread, compiled (or
-        its executable read from the compile cache, which releases the GIL) on a
-        thread of its own, started and returned, which holds the lock the calls
-        wait on until it is done. None where the program is ready or being made
-        already. A failure here is left for the first call to meet and report
-        where it belongs, in its task."""
+        """The program for calls like `args` made ready before the first: its
+        kept executable loaded, or the program traced (or its exported program
+        read) and lowered on this thread and compiled (or its executable read
+        from the compile cache) on a thread of its own, started and returned,
+        which holds the lock the calls wait on until it is done; the loads and
+        the compile release the GIL. None where the program is ready or being
+        made already. A failure here is left for the first call to meet and
+        report where it belongs, in its task."""
         if started() or not lock.acquire(blocking=False):
             return None
         handed_over = False
         try:
-            lowered = made(args).lower(*args)
+            program_key, key, device = keys(args)
+            if executables.stored(key):
+                def work():
+                    return executables.load(key, device)
+            else:
+                program = made(args, program_key)
+                key = kept_as(key, program_key)
+                lowered = executables.lowered_to_keep(key, program, args)
+
+                def work():
+                    return executables.compiled_to_keep(key, lowered)
 
             def compile_then_release():
+                nonlocal fn
                 try:
-                    lowered.compile()
-                    loaded.set()
+                    executable = work()
+                    if executable is not None:
+                        if single:
+                            fn = executable
+                        if fn is not None:
+                            loaded.set()
                 except Exception:  # noqa: BLE001 - the first call compiles it again and raises there
                     pass
                 finally:

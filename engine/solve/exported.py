@@ -68,12 +68,18 @@ def _path(key: str) -> pathlib.Path | None:
     return None if folder is None else folder / "programs" / f"{key}.stablehlo"
 
 
+def stored(key: str | None) -> bool:
+    """Whether a program is stored under `key` (made by this process or an earlier one)."""
+    path = None if key is None else _path(key)
+    return path is not None and path.is_file()
+
+
 def _load(path: pathlib.Path):
     from jax import export
 
     try:
         blob = path.read_bytes()
-        if any(prefix in blob for prefix in _KERNEL_TARGETS) and not _kernel_targets_registered(blob):
+        if not kernel_libraries_registered(blob):
             return None  # a kernel library it calls is gone: made again, which builds it
         return export.deserialize(bytearray(blob))
     except Exception:  # noqa: BLE001 - missing, or damaged: made again, not trusted
@@ -86,7 +92,11 @@ def _load(path: pathlib.Path):
 _KERNEL_TARGETS = (b"rs_host_", b"rs_cuda_")
 
 
-def _kernel_targets_registered(blob: bytes) -> bool:
+def kernel_libraries_registered(blob: bytes) -> bool:
+    """Each kernel library a serialized program (or executable) calls
+    registered, loaded from the cache; False where one is gone."""
+    if not any(prefix in blob for prefix in _KERNEL_TARGETS):
+        return True
     from engine.solve.kernel.host import register_targets
 
     return register_targets(blob)

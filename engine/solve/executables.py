@@ -1,0 +1,155 @@
+"""The compiled batch program, kept between processes.
+
+JAX's persistent cache holds a program's executable, but a process reaches it
+only through the program: its exported form read, traced and lowered, and
+the lowered module hashed into JAX's key, all on the calling thread before
+the executable's read can start (0.19 s of a warm 4,096-point rolling-ball
+run's 1.0 s on 2 cores, then 0.35 s to read it). So the executable a process
+compiled for a program (engine.solve.exported's key, with what else an
+executable depends on: the backend's version, XLA's flags, the host's CPU,
+where its results go) is serialized beside that program, and a later process
+with the same key loads it alone (0.25 s, on a thread of its own, the GIL
+released). The executable is the one the first process called: results are
+the same bits.
+
+Only for a plan of one device (the executable is loaded for the calling
+thread's device). A file that cannot be read or loaded is made again, never
+trusted; one that cannot be written costs the next process the program's way.
+"""
+
+import functools
+import hashlib
+import os
+import pathlib
+import pickle
+import platform
+import threading
+
+from engine._jax_setup import cache_dir
+from engine.solve._atomic_file import write_whole
+from engine.solve.exported import kernel_libraries_registered
+
+# Version of the key and the file format: a change invalidates every entry.
+FORMAT = 1
+
+
+def executable_key(program_key: str | None, device, pinned: bool) -> str | None:
+    """The key of the executable of the program under `program_key` compiled for
+    `device` (a JAX device), its results moved to pinned host memory or not."""
+    if program_key is None:
+        return None
+    parts = [FORMAT, program_key, device.platform, device.device_kind, device.client.platform_version,
+             os.environ.get("XLA_FLAGS", ""), pinned, _host_cpu() if device.platform == "cpu" else ""]
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+@functools.cache
+def _host_cpu() -> str:
+    """What the host's CPU offers (XLA compiles a CPU program for it): its
+    flags where Linux lists them, else its architecture. A cache shared by
+    machines of other CPUs (a cluster's home folder) keeps an executable each."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith(("flags", "Features")):
+                    return hashlib.sha256(line.encode()).hexdigest()
+    except OSError:
+        pass
+    return platform.machine()
+
+
+def _path(key: str | None) -> pathlib.Path | None:
+    folder = cache_dir()
+    return None if folder is None or key is None else folder / "programs" / f"{key}.executable"
+
+
+def stored(key: str | None) -> bool:
+    """Whether an executable is kept under `key` (a file: loaded or not, see load)."""
+    path = _path(key)
+    return path is not None and path.is_file()
+
+
+def load(key: str | None, device):
+    """The executable kept under `key`, loaded for `device` (a `jax.stages.Compiled`,
+    called as the program is); None where there is none or it cannot be loaded
+    here (a kernel library it calls gone, a damaged file)."""
+    path = _path(key)
+    if path is None:
+        return None
+    from jax.experimental.serialize_executable import deserialize_and_load
+
+    try:
+        blob = path.read_bytes()
+        if not kernel_libraries_registered(blob):  # (each the executable calls: before it is loaded)
+            return None
+        serialized, in_tree, out_tree = pickle.loads(blob)
+        return deserialize_and_load(serialized, in_tree, out_tree, backend=device.platform,
+                                    execution_devices=[device])
+    except FileNotFoundError:
+        return None
+    except Exception:  # noqa: BLE001 - damaged, or of another build: compiled again, and kept anew
+        path.unlink(missing_ok=True)
+        return None
+
+
+def compile_and_keep(key: str | None, program, args):
+    """`program` (jitted) compiled for calls like `args`, and kept under `key`
+    where XLA compiled it here (lowered_to_keep, then compiled_to_keep)."""
+    return compiled_to_keep(key, lowered_to_keep(key, program, args))
+
+
+def lowered_to_keep(key: str | None, program, args):
+    """`program` (jitted) lowered for calls like `args`; where it is to be kept
+    (a key), under a name of its own.
+
+    An executable read from JAX's persistent cache is never kept: serialized
+    again, XLA's CPU executables lose kernels (a later call: "NOT_FOUND: Function
+    pad_reduce_fusion not found", jax 0.10 and 0.12). The name is in JAX's key:
+    an entry JAX kept of the program before it was kept here is not read
+    instead of compiling it."""
+    if key is None:
+        return program.lower(*args)
+    import jax
+
+    def rollsweep_kept(*args):  # (its name is its module's)
+        return program(*args)
+
+    return jax.jit(rollsweep_kept).lower(*args)
+
+
+def compiled_to_keep(key: str | None, lowered):
+    """`lowered` compiled, and kept under `key` where XLA compiled it here: a
+    read from JAX's cache (its entry of a program whose kept file was since
+    lost) is seen (JAX's monitoring event, on this thread) and not kept."""
+    _listening()
+    _compiles.read = False
+    compiled = lowered.compile()
+    if key is not None and not _compiles.read:
+        _keep(key, compiled)
+    return compiled
+
+
+# Whether this thread's last compile was read from JAX's persistent cache.
+_compiles = threading.local()
+
+
+@functools.cache
+def _listening() -> None:
+    import jax.monitoring
+
+    def on_event(event, **kwargs):
+        if event == "/jax/compilation_cache/cache_hits":
+            _compiles.read = True
+
+    jax.monitoring.register_event_listener(on_event)
+
+
+def _keep(key: str, compiled) -> None:
+    """`compiled` (a `jax.stages.Compiled`, compiled here) kept under `key`."""
+    from jax.experimental.serialize_executable import serialize
+
+    try:
+        blob = pickle.dumps(serialize(compiled))
+    except Exception:  # noqa: BLE001 - an executable the backend cannot serialize: compiled in each process
+        return
+    write_whole(_path(key), blob)

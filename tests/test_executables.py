@@ -1,0 +1,74 @@
+"""The compiled batch program kept between processes (engine.solve.executables).
+
+A process that compiled a program keeps its executable; a later one (here:
+its programs forgotten, the same cache) loads it instead of reading, tracing
+and lowering the program, and gets the same bits. Never kept: an executable
+read from JAX's persistent cache, which XLA serializes again without some of
+its kernels (its later calls fail). A damaged file is compiled again."""
+
+import numpy as np
+import pytest
+from test_load_ahead import DROP, LOWERED, POINTS, SETTINGS, events
+
+from engine.solve import make_plan
+from engine.solve.device import current_device
+from engine.solve.evaluate import compiled, evaluate
+from engine.solve.executables import executable_key
+
+
+@pytest.fixture
+def cache(fresh_compile_cache):
+    return fresh_compile_cache
+
+
+def kept(cache) -> list:
+    return sorted((cache / "programs").glob("*.executable"))
+
+
+def solve() -> np.ndarray:
+    """The drop study's 50 points, as a fresh process would solve them (its programs forgotten)."""
+    compiled.cache_clear()
+    return evaluate(DROP, SETTINGS, POINTS, plan=make_plan(DROP, points=50)).outputs["bounce"]
+
+
+def test_a_later_process_loads_the_executable_and_gets_the_same_bits(cache):
+    first = solve()
+    assert len(kept(cache)) == 1
+    with events() as seen:
+        again = solve()
+    assert seen == []  # nothing lowered (nor compiled)
+    np.testing.assert_array_equal(first, again)
+    np.testing.assert_allclose(first, np.sqrt(2 * POINTS["height"] / 9.81) * 2.4, rtol=1e-15)
+
+
+def test_an_executable_read_from_jax_s_cache_is_not_kept(cache):
+    """The kept file lost, JAX's cache still holds the program: the process reads
+    it from there, calls it, and keeps nothing (kept, its later calls failed:
+    "Function pad_reduce_fusion not found")."""
+    first = solve()
+    (path,) = kept(cache)
+    path.unlink()
+    np.testing.assert_array_equal(solve(), first)
+    assert kept(cache) == []
+    np.testing.assert_array_equal(solve(), first)  # the next process: JAX's cache again, as before
+
+
+def test_a_damaged_executable_is_compiled_again(cache):
+    first = solve()
+    (path,) = kept(cache)
+    path.write_bytes(b"not an executable")
+    with events() as seen:
+        again = solve()
+    np.testing.assert_array_equal(again, first)
+    assert [event for event, _ in seen].count(LOWERED) >= 1  # made again, not loaded
+    assert not path.exists() or path.read_bytes() != b"not an executable"
+
+
+def test_the_key_names_what_an_executable_depends_on(monkeypatch):
+    device = current_device()
+    base = executable_key("program", device, pinned=False)
+    assert base != executable_key("another program", device, pinned=False)
+    assert base != executable_key("program", device, pinned=True)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true")
+    assert base != executable_key("program", device, pinned=False)
+    assert executable_key(None, device, pinned=False) is None  # nothing says when it is stale
