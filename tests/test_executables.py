@@ -6,6 +6,8 @@ and lowering the program, and gets the same bits. Never kept: an executable
 read from JAX's persistent cache, which XLA serializes again without some of
 its kernels (its later calls fail). A damaged file is compiled again."""
 
+import types
+
 import numpy as np
 import pytest
 from test_load_ahead import DROP, LOWERED, POINTS, SETTINGS, events
@@ -72,3 +74,4 @@ def test_the_key_names_what_an_executable_depends_on(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true")
     assert base != executable_key("program", device, pinned=False)
     assert executable_key(None, device, pinned=False) is None  # nothing says when it is stale
+    assert executable_key("program", types.SimpleNamespace(platform="gpu"), pinned=True) is None  # CPU only

@@ -122,7 +122,7 @@ def test_a_warm_process_does_not_trace_and_gives_the_traced_results(solver, trac
     monkeypatch.setenv("ROLLSWEEP_CACHE", str(tmp_path))
     cold = evaluate(BALL, SETTINGS, COLUMNS, plan=plan)
     assert len(traces) == 2  # traced once more, to export it
-    assert len(list((tmp_path / "programs").iterdir())) == 1
+    assert len(list((tmp_path / "programs").glob("*.stablehlo"))) == 1
 
     _new_process()
     warm = evaluate(BALL, SETTINGS, COLUMNS, plan=plan)
@@ -140,7 +140,7 @@ def test_other_settings_or_plans_are_other_programs(traces, tmp_path, monkeypatc
     _new_process()
     evaluate(DROP, SETTINGS, COLUMNS, plan=make_plan(DROP, solver="vmapped", batch=64))
     assert len(traces) == 3
-    assert len(list((tmp_path / "programs").iterdir())) == 3
+    assert len(list((tmp_path / "programs").glob("*.stablehlo"))) == 3
 
 
 def test_a_changed_study_file_is_a_new_key(tmp_path, monkeypatch):
@@ -183,8 +183,10 @@ def test_a_damaged_entry_is_made_again(traces, tmp_path, monkeypatch):
     monkeypatch.setenv("ROLLSWEEP_CACHE", str(tmp_path))
     plan = make_plan(DROP, solver="vmapped", batch=8)
     first = evaluate(DROP, SETTINGS, COLUMNS, plan=plan)
-    (entry,) = (tmp_path / "programs").iterdir()
+    (entry,) = (tmp_path / "programs").glob("*.stablehlo")
     entry.write_bytes(b"not a program")
+    for executable in (tmp_path / "programs").glob("*.executable"):  # (else loaded: the program not read)
+        executable.unlink()
     _new_process()
     again = evaluate(DROP, SETTINGS, COLUMNS, plan=plan)
     assert len(traces) == 2 and _identical(first, again)
@@ -231,7 +233,7 @@ def test_a_study_of_the_same_name_and_files_made_otherwise_is_another_program(tr
             np.testing.assert_allclose(evaluate(study, SETTINGS, COLUMNS, plan=plan).outputs["last_impact"], want,
                                        rtol=1e-15)
         assert len(traces) == len(same_name), round_  # the second round: every program read, none traced
-    assert len(list((tmp_path / "programs").iterdir())) == len(same_name)
+    assert len(list((tmp_path / "programs").glob("*.stablehlo"))) == len(same_name)
 
 
 def test_a_study_holding_what_cannot_be_described_is_never_stored(traces, tmp_path, monkeypatch):

@@ -75,16 +75,17 @@ def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: 
     load from the cache) is made by one thread while the others wait: shard
     threads starting together each traced the same program at once (~1.3 s of
     tracing each on 2 cores). A program exported by an earlier process is not
-    traced again (engine.solve.exported); on a plan of one device, its
-    executable is not even lowered again (engine.solve.executables): calls go
-    through the executable compiled or loaded, the one a later process loads.
+    traced again (engine.solve.exported); on CPU, on a plan of one device, its
+    executable is kept too, and a later process neither reads nor lowers the
+    program (engine.solve.executables): calls then go through that executable,
+    the one a later process loads.
     `pinned`: the results moved to pinned host memory inside the call (around
     the exported program, which stays the same)."""
     if not plan.device.accelerator:
         keep_freed_memory()  # else every call faults its buffers in afresh (engine.solve._host_memory)
     lock, ready, loaded = threading.Lock(), threading.Event(), threading.Event()
-    # One device: every call on it, and its executable kept between processes. On
-    # several, each pinned thread's calls compile their own (jit's, per device).
+    # One device: every call on it, and its executable may be kept between processes.
+    # On several, each pinned thread's calls compile their own (jit's, per device).
     single = plan.device.count == 1
     fn = None
 
@@ -116,14 +117,15 @@ def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: 
     def compiled_here(args):
         """The program for calls like `args` made ready on this thread: its
         executable loaded where kept, else compiled (or read from JAX's cache)
-        and kept. Calls then go through that executable (one device)."""
+        and kept. Calls then go through that executable, where it is kept."""
         nonlocal fn
         program_key, key, device = keys(args)
         executable = executables.load(key, device)
         if executable is None:
             program = made(args, program_key)
-            executable = executables.compile_and_keep(kept_as(key, program_key), program, args)
-        if single:
+            key = kept_as(key, program_key)
+            executable = executables.compile_and_keep(key, program, args)
+        if key is not None:  # calls through the executable kept, the one a later process loads
             fn = executable
 
     def call(*args):
@@ -168,11 +170,10 @@ def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: 
                 nonlocal fn
                 try:
                     executable = work()
-                    if executable is not None:
-                        if single:
-                            fn = executable
-                        if fn is not None:
-                            loaded.set()
+                    if executable is not None and key is not None:
+                        fn = executable
+                    if executable is not None and fn is not None:
+                        loaded.set()
                 except Exception:  # noqa: BLE001 - the first call compiles it again and raises there
                     pass
                 finally:

@@ -12,8 +12,8 @@ with the same key loads it alone (0.25 s, on a thread of its own, the GIL
 released). The executable is the one the first process called: results are
 the same bits.
 
-Only for a plan of one device (the executable is loaded for the calling
-thread's device). A file that cannot be read or loaded is made again, never
+Only on CPU, and for a plan of one device (the executable is loaded for the
+calling thread's device). A file that cannot be read or loaded is made again, never
 trusted; one that cannot be written costs the next process the program's way.
 """
 
@@ -35,11 +35,15 @@ FORMAT = 1
 
 def executable_key(program_key: str | None, device, pinned: bool) -> str | None:
     """The key of the executable of the program under `program_key` compiled for
-    `device` (a JAX device), its results moved to pinned host memory or not."""
-    if program_key is None:
+    `device` (a JAX device), its results moved to pinned host memory or not;
+    None (not kept) where nothing says when it is stale, or off the CPU: an
+    accelerator's executables, serialized again, are not yet tried on one (a
+    loaded executable that fails does so in its calls, not as it loads), and
+    there the program's read is the smaller part of a run's fixed cost."""
+    if program_key is None or device.platform != "cpu":
         return None
     parts = [FORMAT, program_key, device.platform, device.device_kind, device.client.platform_version,
-             os.environ.get("XLA_FLAGS", ""), pinned, _host_cpu() if device.platform == "cpu" else ""]
+             os.environ.get("XLA_FLAGS", ""), pinned, _host_cpu()]
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
