@@ -4,14 +4,18 @@ A process that compiled a program keeps its executable; a later one (here:
 its programs forgotten, the same cache) loads it instead of reading, tracing
 and lowering the program, and gets the same bits. Never kept: an executable
 read from JAX's persistent cache, which XLA serializes again without some of
-its kernels (its later calls fail). A damaged file is compiled again."""
+its kernels (its later calls fail): such a program is compiled by XLA and not written
+into JAX's cache, and one read from there all the same is not kept. A
+damaged or lost file is compiled again."""
 
+import contextlib
 import types
 
 import numpy as np
 import pytest
 from test_load_ahead import DROP, LOWERED, POINTS, SETTINGS, events
 
+import engine.solve.executables as executables
 from engine.solve import make_plan
 from engine.solve.device import current_device
 from engine.solve.evaluate import compiled, evaluate
@@ -43,16 +47,34 @@ def test_a_later_process_loads_the_executable_and_gets_the_same_bits(cache):
     np.testing.assert_allclose(first, np.sqrt(2 * POINTS["height"] / 9.81) * 2.4, rtol=1e-15)
 
 
-def test_an_executable_read_from_jax_s_cache_is_not_kept(cache):
-    """The kept file lost, JAX's cache still holds the program: the process reads
-    it from there, calls it, and keeps nothing (kept, its later calls failed:
-    "Function pad_reduce_fusion not found")."""
+def test_a_lost_executable_is_compiled_again_and_kept_anew(cache):
+    """JAX's cache holds no copy of a kept program (were it read from there and
+    kept, its later calls failed: "Function pad_reduce_fusion not found"): where
+    the kept file is lost, the next process compiles the program and keeps it."""
     first = solve()
     (path,) = kept(cache)
+    assert not any("rollsweep_executable" in entry.name for entry in cache.iterdir())  # not in JAX's cache
+    path.unlink()
+    np.testing.assert_array_equal(solve(), first)
+    assert kept(cache) == [path]
+    with events() as seen:
+        np.testing.assert_array_equal(solve(), first)
+    assert seen == []  # loaded
+
+
+def test_an_executable_read_from_jax_s_cache_is_not_kept(cache, monkeypatch):
+    """Where JAX's cache has the program all the same (written there by a JAX
+    whose compile-time threshold is not the thread's), its read is seen and
+    nothing is kept; the process solves with what it read, as before."""
+    with monkeypatch.context() as patched:
+        patched.setattr(executables, "_not_in_jax_cache", contextlib.nullcontext)
+        first = solve()
+    (path,) = kept(cache)
+    assert any("rollsweep_executable" in entry.name for entry in cache.iterdir())  # in JAX's cache too
     path.unlink()
     np.testing.assert_array_equal(solve(), first)
     assert kept(cache) == []
-    np.testing.assert_array_equal(solve(), first)  # the next process: JAX's cache again, as before
+    np.testing.assert_array_equal(solve(), first)  # the next process: JAX's cache again
 
 
 def test_a_damaged_executable_is_compiled_again(cache):

@@ -3,20 +3,21 @@
 JAX's persistent cache holds a program's executable, but a process reaches it
 only through the program: its exported form read, traced and lowered, and
 the lowered module hashed into JAX's key, all on the calling thread before
-the executable's read can start (0.19 s of a warm 4,096-point rolling-ball
-run's 1.0 s on 2 cores, then 0.35 s to read it). So the executable a process
-compiled for a program (engine.solve.exported's key, with what else an
-executable depends on: the backend's version, XLA's flags, the host's CPU,
-where its results go) is serialized beside that program, and a later process
-with the same key loads it alone (0.25 s, on a thread of its own, the GIL
-released). The executable is the one the first process called: results are
-the same bits.
+the executable's read can start (0.17-0.19 s of a warm 4,096-point
+rolling-ball run on 2 cores). So the executable a process compiled for a
+program (engine.solve.exported's key, with what else an executable depends
+on: the backend's version, XLA's flags, the host's CPU, where its results go)
+is serialized beside that program, and a later process with the same key
+loads it alone, on the compile thread (XLA rebuilding it takes what JAX's
+cache read took, 0.35-0.45 s there, the GIL released). The executable is the
+one the first process called: results are the same bits.
 
 Only on CPU, and for a plan of one device (the executable is loaded for the
 calling thread's device). A file that cannot be read or loaded is made again, never
 trusted; one that cannot be written costs the next process the program's way.
 """
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -109,29 +110,49 @@ def lowered_to_keep(key: str | None, program, args):
 
     An executable read from JAX's persistent cache is never kept: serialized
     again, XLA's CPU executables lose kernels (a later call: "NOT_FOUND: Function
-    pad_reduce_fusion not found", jax 0.10 and 0.12). The name is in JAX's key:
-    an entry JAX kept of the program before it was kept here is not read
-    instead of compiling it."""
+    pad_reduce_fusion not found", jax 0.10 and 0.12). So a program to keep is
+    compiled by XLA, never read from JAX's cache: under a name of its own
+    (which is in JAX's key: an entry JAX has of the program under its usual
+    name is not read instead), and not written there either
+    (compiled_to_keep): the file kept here is its one copy, and where it is
+    lost the next process compiles the program again and keeps it anew."""
     if key is None:
         return program.lower(*args)
     import jax
 
-    def rollsweep_kept(*args):  # (its name is its module's)
+    def rollsweep_executable(*args):  # (its name is its module's)
         return program(*args)
 
-    return jax.jit(rollsweep_kept).lower(*args)
+    return jax.jit(rollsweep_executable).lower(*args)
 
 
 def compiled_to_keep(key: str | None, lowered):
-    """`lowered` compiled, and kept under `key` where XLA compiled it here: a
-    read from JAX's cache (its entry of a program whose kept file was since
-    lost) is seen (JAX's monitoring event, on this thread) and not kept."""
+    """`lowered` compiled, and where `key` says, kept: not written into JAX's
+    persistent cache (lowered_to_keep), and not kept where it was read from
+    there all the same (an entry of another engine's making: seen by JAX's
+    monitoring event, on this thread)."""
+    if key is None:
+        return lowered.compile()
     _listening()
     _compiles.read = False
-    compiled = lowered.compile()
-    if key is not None and not _compiles.read:
+    with _not_in_jax_cache():
+        compiled = lowered.compile()
+    if not _compiles.read:
         _keep(key, compiled)
     return compiled
+
+
+def _not_in_jax_cache():
+    """This thread's compiles not written into JAX's persistent cache: its
+    threshold of compile time, which is thread-local (jax 0.10-0.12), set past
+    any; where JAX has no such setting, nothing (a program then read from JAX's
+    cache is not kept: compiled_to_keep)."""
+    try:
+        from jax._src.config import persistent_cache_min_compile_time_secs as threshold
+
+        return threshold(float("inf"))
+    except (ImportError, AttributeError, TypeError):
+        return contextlib.nullcontext()
 
 
 # Whether this thread's last compile was read from JAX's persistent cache.
