@@ -20,7 +20,8 @@ import time
 RUN_STAGES = (
     ("start-up", "the interpreter's start and the imports, before the run was called"),
     ("planning", "the sweep read and planned, the runner's modules imported, memory checked, tasks made"),
-    ("program", "the solver's program read or traced, and lowered, ahead of the tasks; compiled beside the store"),
+    ("program", "the solver's program read or traced and lowered, or its kept executable found, ahead of the "
+                "tasks; compiled or loaded beside the store"),
     ("store", "the cube made ready: created, or resumed and checked"),
     ("solving", "the tasks, from the first handed out to the last one's report"),
     ("closing", "after the last task: the store released, the report made"),

@@ -6,7 +6,9 @@ a 4,096-point pingpong run's 1.2 s, 0.15 s lowering the exported program and
 GIL; started on a thread of its own as soon as the plan is made, it overlaps
 the rest of the run's preparation (the store's modules imported, the store
 created) instead of following it. The tasks call the same program and wait
-for it, so their results are the bits they would be without it.
+for it, so their results are the bits they would be without it. Where an
+earlier process kept the program's executable (engine.solve.executables),
+that thread loads it and nothing is lowered here at all.
 """
 
 import numpy as np
