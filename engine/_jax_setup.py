@@ -103,19 +103,36 @@ def start_backend() -> None:
     def start():
         try:
             jax.local_devices()
-        except Exception:  # noqa: BLE001, S110 - raised again by the command's own call (see above)
-            pass
+        except Exception as err:  # noqa: BLE001 - the command's to raise (backend_failure)
+            _backend_failures.append(err)
 
     _backend_start = threading.Thread(target=start, name="rollsweep-backend", daemon=True)
     _backend_start.start()
 
 
+# What start_backend's thread met: JAX keeps the backends that started before a
+# failing one (`JAX_PLATFORMS=cpu,cuda` with a CUDA failure), so a later call would
+# not raise it again, and the run would go on without the platform that failed.
+_backend_failures: list = []
+
+
+def backend_failure() -> Exception | None:
+    """The error JAX's backend met as start_backend's thread started it (waited
+    for), else None: the caller asking for the devices raises it."""
+    backend_started()
+    return _backend_failures[0] if _backend_failures else None
+
+
 def backend_started() -> None:
     """Wait for start_backend's thread, where one was started: a process ends
     only once its backend is whole (an early error's exit does not race the
-    device's start)."""
+    device's start). A second Ctrl-C while it waits ends the wait: the process
+    is ending."""
     if _backend_start is not None:
-        _backend_start.join()
+        try:
+            _backend_start.join()
+        except KeyboardInterrupt:
+            pass
 
 
 class DeviceError(RuntimeError):
@@ -127,6 +144,9 @@ def check_device() -> None:
     (REQUIRE_GPU=1) and JAX's default backend is not one."""
     if os.environ.get(REQUIRE_GPU) != "1":
         return
+    failure = backend_failure()
+    if failure is not None:
+        raise DeviceError(f"{REQUIRE_GPU}=1: JAX could not start its devices: {failure}") from failure
     import jax
 
     backend = jax.default_backend()

@@ -101,9 +101,12 @@ def test_a_caller_s_process_is_left_as_it_is(tmp_path):
 
 
 @pytest.mark.parametrize("ahead", ["1", "0"])
-def test_a_backend_that_cannot_start_is_one_line_and_nothing_is_written(tmp_path, ahead):
+@pytest.mark.parametrize("platforms", ["no_such_platform", "cpu,no_such_platform"])
+def test_a_backend_that_cannot_start_is_one_line_and_nothing_is_written(tmp_path, ahead, platforms):
+    """(With "cpu,no_such_platform" JAX keeps the CPU's backend, started first:
+    asked again, it would hand the run the CPU without the platform that failed.)"""
     done = subprocess.run([sys.executable, "-m", "engine.cli", "run", str(regime(tmp_path, "none")), "--quiet"],
-                          cwd=tmp_path, env=ENV | {"JAX_PLATFORMS": "no_such_platform",
+                          cwd=tmp_path, env=ENV | {"JAX_PLATFORMS": platforms,
                                                    "ROLLSWEEP_BACKEND_AHEAD": ahead,
                                                    "ROLLSWEEP_CACHE": str(tmp_path / "cache")},
                           capture_output=True, text=True, timeout=300)

@@ -9,6 +9,7 @@ into JAX's cache, and one read from there all the same is not kept. A
 damaged or lost file is compiled again."""
 
 import contextlib
+import pathlib
 import types
 
 import numpy as np
@@ -88,12 +89,44 @@ def test_a_damaged_executable_is_compiled_again(cache):
     assert not path.exists() or path.read_bytes() != b"not an executable"
 
 
+def test_a_damaged_executable_in_a_cache_it_cannot_change_is_compiled_each_time(cache, monkeypatch):
+    """(A shared cache this process may read, not change: the damaged file stays.)"""
+    first = solve()
+    (path,) = kept(cache)
+    path.write_bytes(b"not an executable")
+    real = pathlib.Path.unlink
+
+    def refused(self, *args, **kwargs):
+        if self == path:
+            raise PermissionError(1, "Operation not permitted", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "unlink", refused)
+    np.testing.assert_array_equal(solve(), first)
+    np.testing.assert_array_equal(solve(), first)
+
+
 def test_the_key_names_what_an_executable_depends_on(monkeypatch):
+    import jax
+
     device = current_device()
-    base = executable_key("program", device, pinned=False)
-    assert base != executable_key("another program", device, pinned=False)
-    assert base != executable_key("program", device, pinned=True)
-    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true")
-    assert base != executable_key("program", device, pinned=False)
-    assert executable_key(None, device, pinned=False) is None  # nothing says when it is stale
-    assert executable_key("program", types.SimpleNamespace(platform="gpu"), pinned=True) is None  # CPU only
+    base = executable_key("program", device)
+    assert base != executable_key("another program", device)
+    with monkeypatch.context() as patched:
+        patched.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true")
+        assert base != executable_key("program", device)
+    jax.config.update("jax_enable_pgle", True)  # one of JAX's compile settings
+    try:
+        assert base != executable_key("program", device)
+    finally:
+        jax.config.update("jax_enable_pgle", False)
+    assert executable_key("program", device) == base
+    assert executable_key(None, device) is None  # nothing says when it is stale
+    assert executable_key("program", types.SimpleNamespace(platform="gpu")) is None  # CPU only
+    executables._host_cpu.cache_clear()
+    try:
+        with monkeypatch.context() as patched:
+            patched.setattr(executables, "open", lambda *a, **k: (_ for _ in ()).throw(OSError("none")), raising=False)
+            assert executable_key("program", device) is None  # the CPU's features unknown: nothing kept
+    finally:
+        executables._host_cpu.cache_clear()

@@ -136,6 +136,31 @@ def test_a_fallback_is_not_kept_for_a_process_that_builds_the_kernel(caches, mon
     assert b"rs_host_" in program.read_bytes()
 
 
+def test_a_fallback_keeps_nothing_over_what_an_earlier_process_kept(caches, monkeypatch, tmp_path):
+    """A process whose kernel library is not where the kept program and
+    executable name it (a node's own library folder, a shared cache of programs)
+    and that cannot build it either runs Pallas: neither its program nor its
+    executable replaces the kept ones, and a process with the library gets the
+    kept bits again."""
+    first = _solve(COLUMNS)
+    (executable,) = sorted((caches / "cache" / "programs").glob("*.executable"))
+    (program,) = _programs(caches)
+    kept = executable.read_bytes(), program.read_bytes()
+    failing = tmp_path / "cc"
+    failing.write_text("#!/bin/sh\nexit 1\n")
+    failing.chmod(failing.stat().st_mode | stat.S_IEXEC)
+    with monkeypatch.context() as node:
+        node.setenv("CC", str(failing))
+        node.setenv("XDG_CACHE_HOME", str(tmp_path / "another node"))
+        _forget(monkeypatch)
+        with pytest.warns(UserWarning, match="host kernel could not be built"):
+            fallback = _solve(COLUMNS)
+        assert (fallback.status == Status.SUCCESS).all()
+    assert (executable.read_bytes(), program.read_bytes()) == kept
+    _forget(monkeypatch)
+    _same(_solve(COLUMNS), first)
+
+
 def test_a_call_with_outputs_of_other_dtypes_is_refused(caches):
     """(float32 outputs where the C writes doubles would be written past their end.)"""
     import jax

@@ -83,10 +83,10 @@ def _first(params: dict) -> dict:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_programs():
-    compiled.cache_clear()
+def _fresh_programs(fresh_compile_cache):
+    """Caches of the test's own: what is lowered, compiled or loaded depends on
+    nothing an earlier test or run left."""
     yield
-    compiled.cache_clear()
 
 
 def test_the_first_call_finds_the_program_made_ahead():

@@ -91,12 +91,12 @@ def work(store, task: int, share) -> int:
         return 0
     try:
         check_device()
+        plan = plan_for(sweep)  # this array task's one plan, from its own device (which may not start)
     except DeviceError as err:
         kind, shard, points = pending[0]
         record_failure(cube, Task(kind, (shard,), (points,)), err)
         print(f"rollsweep: error: {store}: {err}", file=sys.stderr)
         return 1
-    plan = plan_for(sweep)  # this array task's one plan, from its own device
     threads = min(default_workers("inline", sweep, plan), len(pending))
     if not fits_in_memory(sweep, in_flight("inline", threads, plan), plan):
         threads = 1  # as the submission checked: a task at a time

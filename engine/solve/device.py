@@ -43,11 +43,16 @@ def detect(platform: str | None = None) -> Device:
 
 @functools.cache
 def _detect(platform: str | None) -> Device:
-    try:
-        devices = local_devices(platform)
-    except RuntimeError as err:  # JAX's backend did not start: JAX_PLATFORMS, a driver, a plug-in
-        from engine._jax_setup import DeviceError
+    from engine._jax_setup import DeviceError, backend_failure
 
+    # JAX's backend did not start (JAX_PLATFORMS, a driver, a plug-in): here, or
+    # on the thread that started it ahead (its error is kept there).
+    failure = backend_failure()
+    try:
+        if failure is not None:
+            raise failure
+        devices = local_devices(platform)
+    except RuntimeError as err:
         raise DeviceError(f"JAX could not start its devices: {err}") from err
     first = devices[0]
     memory = None

@@ -95,10 +95,12 @@ def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: 
     def to_host(program):
         return jax.jit(lambda *args: jax.tree.map(lambda x: jax.device_put(x, jax.memory.Space.Host), program(*args)))
 
+    shared = False  # whether `fn` is the program stored under its key (exported.program)
+
     def made(args, program_key):
-        nonlocal fn
+        nonlocal fn, shared
         if fn is None:
-            program = exported.program(make, program_key, args)
+            program, shared = exported.program(make, program_key, args)
             fn = to_host(program) if pinned else program
         return fn
 
@@ -106,13 +108,14 @@ def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: 
         """(the program's key, its executable's on this thread's device, where kept, and the device)."""
         program_key = exported.program_key(study, settings, selected, plan, args)
         device = current_device()
-        return program_key, executables.executable_key(program_key, device, pinned) if single else None, device
+        return program_key, executables.executable_key(program_key, device) if single else None, device
 
-    def kept_as(key, program_key):
-        """`key` where the program made is kept between processes (exported.stored),
-        else None: a program made for this process alone (the fused kernel run by
-        Pallas where the host kernel's build failed) is not, nor its executable."""
-        return key if exported.stored(program_key) else None
+    def kept_as(key):
+        """`key` where the program made (made) is the one stored under its key,
+        else None: a program made for this process alone (the fused kernel run
+        by Pallas where the host kernel cannot be built here, whatever an
+        earlier process stored) is not kept, nor its executable."""
+        return key if shared else None
 
     def compiled_here(args):
         """The program for calls like `args` made ready on this thread: its
@@ -123,7 +126,7 @@ def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: 
         executable = executables.load(key, device)
         if executable is None:
             program = made(args, program_key)
-            key = kept_as(key, program_key)
+            key = kept_as(key)
             executable = executables.compile_and_keep(key, program, args)
         if key is not None:  # calls through the executable kept, the one a later process loads
             fn = executable
@@ -160,7 +163,7 @@ def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: 
                     return executables.load(key, device)
             else:
                 program = made(args, program_key)
-                key = kept_as(key, program_key)
+                key = kept_as(key)
                 lowered = executables.lowered_to_keep(key, program, args)
 
                 def work():

@@ -6,7 +6,8 @@ the lowered module hashed into JAX's key, all on the calling thread before
 the executable's read can start (0.17-0.19 s of a warm 4,096-point
 rolling-ball run on 2 cores). So the executable a process compiled for a
 program (engine.solve.exported's key, with what else an executable depends
-on: the backend's version, XLA's flags, the host's CPU, where its results go)
+on: the backend's version, XLA's flags and JAX's compile settings, the host's
+CPU)
 is serialized beside that program, and a later process with the same key
 loads it alone, on the compile thread (XLA rebuilding it takes what JAX's
 cache read took, 0.35-0.45 s there, the GIL released). The executable is the
@@ -17,13 +18,11 @@ calling thread's device). A file that cannot be read or loaded is made again, ne
 trusted; one that cannot be written costs the next process the program's way.
 """
 
-import contextlib
 import functools
 import hashlib
 import os
 import pathlib
 import pickle
-import platform
 import threading
 import zlib
 
@@ -35,25 +34,36 @@ from engine.solve.exported import kernel_libraries_registered
 FORMAT = 1
 
 
-def executable_key(program_key: str | None, device, pinned: bool) -> str | None:
+def executable_key(program_key: str | None, device) -> str | None:
     """The key of the executable of the program under `program_key` compiled for
-    `device` (a JAX device), its results moved to pinned host memory or not;
-    None (not kept) where nothing says when it is stale, or off the CPU: an
-    accelerator's executables, serialized again, are not yet tried on one (a
-    loaded executable that fails does so in its calls, not as it loads), and
-    there the program's read is the smaller part of a run's fixed cost."""
-    if program_key is None or device.platform != "cpu":
+    `device` (a JAX device); None (not kept) where nothing says when it is
+    stale (no program key; a host whose CPU's features are not listed), or off
+    the CPU: an accelerator's executables, serialized again, are not yet tried
+    on one (a loaded executable that fails does so in its calls, not as it
+    loads), and there the program's read is the smaller part of a run's fixed
+    cost."""
+    cpu = _host_cpu()
+    if program_key is None or device.platform != "cpu" or cpu is None:
         return None
+    import jax
+
     parts = [FORMAT, program_key, device.platform, device.device_kind, device.client.platform_version,
-             os.environ.get("XLA_FLAGS", ""), pinned, _host_cpu()]
+             os.environ.get("XLA_FLAGS", ""), cpu, [(name, repr(getattr(jax.config, name, None)))
+                                                    for name in _COMPILE_SETTINGS]]
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
+# JAX's settings that go into a compile's options (and JAX's own cache key).
+_COMPILE_SETTINGS = ("jax_optimization_level", "jax_memory_fitting_level", "jax_exec_time_optimization_effort",
+                     "jax_memory_fitting_effort", "jax_enable_pgle", "jax_xla_profile_version")
+
+
 @functools.cache
-def _host_cpu() -> str:
-    """What the host's CPU offers (XLA compiles a CPU program for it): its
-    flags where Linux lists them, else its architecture. A cache shared by
-    machines of other CPUs (a cluster's home folder) keeps an executable each."""
+def _host_cpu() -> str | None:
+    """What the host's CPU offers (XLA compiles a CPU program for its features),
+    as Linux lists them; None elsewhere (nothing kept: one architecture's
+    generations differ in what XLA may use). A cache shared by machines of
+    other CPUs (a cluster's home folder) keeps an executable for each."""
     try:
         with open("/proc/cpuinfo") as info:
             for line in info:
@@ -61,7 +71,7 @@ def _host_cpu() -> str:
                     return hashlib.sha256(line.encode()).hexdigest()
     except OSError:
         pass
-    return platform.machine()
+    return None
 
 
 def _path(key: str | None) -> pathlib.Path | None:
@@ -94,7 +104,10 @@ def load(key: str | None, device):
     except FileNotFoundError:
         return None
     except Exception:  # noqa: BLE001 - damaged, or of another build: compiled again, and kept anew
-        path.unlink(missing_ok=True)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:  # a cache this process may read, not change: compiled here each time
+            pass
         return None
 
 
@@ -131,11 +144,12 @@ def compiled_to_keep(key: str | None, lowered):
     persistent cache (lowered_to_keep), and not kept where it was read from
     there all the same (an entry of another engine's making: seen by JAX's
     monitoring event, on this thread)."""
-    if key is None:
+    outside = None if key is None else _not_in_jax_cache()
+    if outside is None:  # nothing to keep, or no way to keep it out of JAX's cache: not kept
         return lowered.compile()
     _listening()
     _compiles.read = False
-    with _not_in_jax_cache():
+    with outside:
         compiled = lowered.compile()
     if not _compiles.read:
         _keep(key, compiled)
@@ -143,16 +157,16 @@ def compiled_to_keep(key: str | None, lowered):
 
 
 def _not_in_jax_cache():
-    """This thread's compiles not written into JAX's persistent cache: its
-    threshold of compile time, which is thread-local (jax 0.10-0.12), set past
-    any; where JAX has no such setting, nothing (a program then read from JAX's
-    cache is not kept: compiled_to_keep)."""
+    """A context in which this thread's compiles are not written into JAX's
+    persistent cache: its threshold of compile time, which is thread-local
+    (jax 0.10-0.12), set past any. None where JAX has no such setting: then
+    nothing is kept (a kept copy of what JAX's cache handed back would fail)."""
     try:
         from jax._src.config import persistent_cache_min_compile_time_secs as threshold
 
         return threshold(float("inf"))
     except (ImportError, AttributeError, TypeError):
-        return contextlib.nullcontext()
+        return None
 
 
 # Whether this thread's last compile was read from JAX's persistent cache.

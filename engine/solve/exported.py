@@ -68,12 +68,6 @@ def _path(key: str) -> pathlib.Path | None:
     return None if folder is None else folder / "programs" / f"{key}.stablehlo"
 
 
-def stored(key: str | None) -> bool:
-    """Whether a program is stored under `key` (made by this process or an earlier one)."""
-    path = None if key is None else _path(key)
-    return path is not None and path.is_file()
-
-
 def _load(path: pathlib.Path):
     from jax import export
 
@@ -122,18 +116,20 @@ def _batch_function(jitted):
     return getattr(jitted, "__wrapped__", None)
 
 
-def program(make, key: str | None, args):
-    """A jitted callable of the batch function for arguments like `args`: the
-    stored program under `key` where there is one, else `make()` (the jitted
-    batch function) traced, exported and stored. Where the program cannot be
-    exported (a host callback, say) or there is no cache, `make()` itself."""
+def program(make, key: str | None, args) -> tuple:
+    """(a jitted callable of the batch function for arguments like `args`,
+    whether it is the program stored under `key`): the stored program where
+    there is one, else `make()` (the jitted batch function) traced, exported
+    and stored. Where the program cannot be exported (a host callback, say),
+    may not be kept (the fused kernel run by Pallas where the host kernel could
+    not be built) or there is no cache, `make()` itself: (it, False)."""
     path = None if key is None else _path(key)
     exported = None if path is None else _load(path)
     if exported is not None:
-        return jax.jit(exported.call)
+        return jax.jit(exported.call), True
     jitted = make()
     if path is None or not getattr(_batch_function(jitted), "stored_between_processes", True):
-        return jitted
+        return jitted, False
     from jax import export
 
     try:
@@ -142,8 +138,8 @@ def program(make, key: str | None, args):
         platforms = ("cpu",) if current_device().platform == "cpu" else None
         blob = export.export(jitted, platforms=platforms, disabled_checks=_allowed_calls(jitted))(*args).serialize()
     except Exception:  # noqa: BLE001 - not exportable: traced in every process, as without a cache
-        return jitted
+        return jitted, False
     write_whole(path, blob)
     # The same deserialized program a later process will call, for bitwise
     # equal results and one persistent-cache entry.
-    return jax.jit(export.deserialize(bytearray(blob)).call)
+    return jax.jit(export.deserialize(bytearray(blob)).call), True
