@@ -110,23 +110,24 @@ def test_the_key_names_what_an_executable_depends_on(monkeypatch):
     import jax
 
     device = current_device()
-    base = executable_key("program", device)
-    assert base != executable_key("another program", device)
+    base = executable_key("program", device, False)
+    assert base != executable_key("another program", device, False)
+    assert base != executable_key("program", device, True)  # its results moved to pinned memory
     with monkeypatch.context() as patched:
         patched.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true")
-        assert base != executable_key("program", device)
+        assert base != executable_key("program", device, False)
     jax.config.update("jax_enable_pgle", True)  # one of JAX's compile settings
     try:
-        assert base != executable_key("program", device)
+        assert base != executable_key("program", device, False)
     finally:
         jax.config.update("jax_enable_pgle", False)
-    assert executable_key("program", device) == base
-    assert executable_key(None, device) is None  # nothing says when it is stale
-    assert executable_key("program", types.SimpleNamespace(platform="gpu")) is None  # CPU only
+    assert executable_key("program", device, False) == base
+    assert executable_key(None, device, False) is None  # nothing says when it is stale
+    assert executable_key("program", types.SimpleNamespace(platform="gpu"), False) is None  # CPU only
     executables._host_cpu.cache_clear()
     try:
         with monkeypatch.context() as patched:
             patched.setattr(executables, "open", lambda *a, **k: (_ for _ in ()).throw(OSError("none")), raising=False)
-            assert executable_key("program", device) is None  # the CPU's features unknown: nothing kept
+            assert executable_key("program", device, False) is None  # the CPU's features unknown: nothing kept
     finally:
         executables._host_cpu.cache_clear()

@@ -108,7 +108,7 @@ def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: 
         """(the program's key, its executable's on this thread's device, where kept, and the device)."""
         program_key = exported.program_key(study, settings, selected, plan, args)
         device = current_device()
-        return program_key, executables.executable_key(program_key, device) if single else None, device
+        return program_key, executables.executable_key(program_key, device, pinned) if single else None, device
 
     def kept_as(key):
         """`key` where the program made (made) is the one stored under its key,
