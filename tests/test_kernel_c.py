@@ -64,7 +64,8 @@ def _solve(study, solver, columns, settings=None, batch=64):
     evaluate_module = sys.modules["engine.solve.evaluate"]
     evaluate_module.compiled.cache_clear()
     try:
-        with mock.patch.dict(os.environ, env), mock.patch.object(exported, "program", lambda make, key, args: make()):
+        not_kept = mock.patch.object(exported, "program", lambda make, key, args: (make(), False))
+        with mock.patch.dict(os.environ, env), not_kept:
             return evaluate(study, settings, columns, plan=make_plan(study, solver=solver, batch=batch))
     finally:
         evaluate_module.compiled.cache_clear()
