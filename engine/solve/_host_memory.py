@@ -40,7 +40,6 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
-
 # Free arrays kept for later tasks: at most this many bytes.
 KEPT_BYTES = 2 * 2**30
 
