@@ -144,12 +144,12 @@ def check_device() -> None:
     (REQUIRE_GPU=1) and JAX's default backend is not one."""
     if os.environ.get(REQUIRE_GPU) != "1":
         return
-    from engine.solve.device import detect
+    failure = backend_failure()
+    if failure is not None:
+        raise DeviceError(f"{REQUIRE_GPU}=1: JAX could not start its devices: {failure}") from failure
+    import jax
 
-    try:
-        backend = detect().platform  # (a backend that did not start: detect's DeviceError)
-    except DeviceError as err:
-        raise DeviceError(f"{REQUIRE_GPU}=1: {err}") from err
+    backend = jax.default_backend()
     if backend != "gpu":
         raise DeviceError(
             f"{REQUIRE_GPU}=1: the job asked SLURM for a GPU but JAX runs on {backend}: install JAX for it "
