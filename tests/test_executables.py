@@ -21,6 +21,7 @@ from engine.solve import make_plan
 from engine.solve.device import current_device
 from engine.solve.evaluate import compiled, evaluate
 from engine.solve.executables import executable_key
+from engine.solve.staging import Staging
 
 
 @pytest.fixture
@@ -110,24 +111,27 @@ def test_the_key_names_what_an_executable_depends_on(monkeypatch):
     import jax
 
     device = current_device()
-    base = executable_key("program", device, False)
-    assert base != executable_key("another program", device, False)
-    assert base != executable_key("program", device, True)  # its results moved to pinned memory
+    unstaged = Staging()
+    base = executable_key("program", device, unstaged)
+    assert base != executable_key("another program", device, unstaged)
+    for moved in (Staging(results_pinned=True), Staging(inputs_pinned=True),
+                  Staging(results_pinned=True, results_packed=True)):  # inputs or results moved through pinned memory
+        assert base != executable_key("program", device, moved)
     with monkeypatch.context() as patched:
         patched.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true")
-        assert base != executable_key("program", device, False)
+        assert base != executable_key("program", device, unstaged)
     jax.config.update("jax_enable_pgle", True)  # one of JAX's compile settings
     try:
-        assert base != executable_key("program", device, False)
+        assert base != executable_key("program", device, unstaged)
     finally:
         jax.config.update("jax_enable_pgle", False)
-    assert executable_key("program", device, False) == base
-    assert executable_key(None, device, False) is None  # nothing says when it is stale
-    assert executable_key("program", types.SimpleNamespace(platform="gpu"), False) is None  # CPU only
+    assert executable_key("program", device, unstaged) == base
+    assert executable_key(None, device, unstaged) is None  # nothing says when it is stale
+    assert executable_key("program", types.SimpleNamespace(platform="gpu"), unstaged) is None  # CPU only
     executables._host_cpu.cache_clear()
     try:
         with monkeypatch.context() as patched:
             patched.setattr(executables, "open", lambda *a, **k: (_ for _ in ()).throw(OSError("none")), raising=False)
-            assert executable_key("program", device, False) is None  # the CPU's features unknown: nothing kept
+            assert executable_key("program", device, unstaged) is None  # the CPU's features unknown: nothing kept
     finally:
         executables._host_cpu.cache_clear()

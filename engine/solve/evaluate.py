@@ -9,7 +9,6 @@ import collections
 import contextlib
 import dataclasses
 import functools
-import os
 import threading
 
 import jax
@@ -24,6 +23,16 @@ from engine.solve._host_memory import keep_freed_memory
 from engine.solve.base import Plan
 from engine.solve.device import current_device, on_platform
 from engine.solve.plan import make_plan
+from engine.solve.staging import PINNED_RESULTS as PINNED_RESULTS
+from engine.solve.staging import (
+    Staging,
+    as_the_program_takes,
+    call_results_layout,
+    staged,
+    staging_for,
+    to_pinned,
+    unpacked,
+)
 from engine.sweep.settings import SolverSettings
 
 # Calls queued ahead of the one whose results are being copied out. Few: a
@@ -43,34 +52,28 @@ class Evaluation:
     num_events: np.ndarray  # (n,) int32
 
 
-# On an accelerator, a call's results are moved into the host's page-locked
-# memory by the compiled call itself (the copy at the bus's speed, on the
-# device's stream), not copied out of device memory afterwards through pageable
-# buffers (8 MB in 3.6 ms on one H100 machine: 2.2 GB/s). Results are the same
-# bits either way (tests/test_evaluate_inputs.py). Measured on two H100 machines,
-# 2026-11-27 (docs/performance.md): the fused solver's compiled calls with their
-# copies 111-115M points/s at 1e6 against 22-26M copied out of device memory,
-# 117-122M against 69M at 1e7; a 1e8-point stream's solving 1.99 s against 2.27 s;
-# 1M- and 4M-point runs alike within their noise. ROLLSWEEP_PINNED_RESULTS=0
-# leaves the results in device memory, copied out afterwards.
-PINNED_RESULTS = "ROLLSWEEP_PINNED_RESULTS"
-
-
 def pinned_results(plan: Plan) -> bool:
     """Whether `plan`'s calls leave their results in pinned host memory: on an
-    accelerator, unless $ROLLSWEEP_PINNED_RESULTS is 0."""
-    asked = os.environ.get(PINNED_RESULTS, "").strip() != "0"
-    return asked and plan.device.accelerator and hasattr(jax, "memory") and hasattr(jax.memory, "Space")
+    accelerator, unless $ROLLSWEEP_PINNED_RESULTS is 0 (engine.solve.staging)."""
+    return staging_for(plan.device.accelerator).results_pinned
+
+
+def packed_layout(study, settings: SolverSettings, selected: tuple[str, ...], plan: Plan, staging: Staging):
+    """Where each result lies in a call's one buffer of results (engine.solve.staging),
+    None where its results are not packed."""
+    if not staging.results_packed:
+        return None
+    return call_results_layout(tuple(study.outputs_by_name[k].shape for k in selected), settings.dtype, plan.batch)
 
 
 def compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: Plan):
     """The jitted batch function: one per study, settings, outputs and plan (and
-    where its results go: pinned_results)."""
-    return _compiled(study, settings, selected, plan, pinned_results(plan))
+    where its inputs come from and its results go: engine.solve.staging)."""
+    return _compiled(study, settings, selected, plan, staging_for(plan.device.accelerator))
 
 
 @functools.cache
-def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: Plan, pinned: bool):
+def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: Plan, staging: Staging):
     """compiled's: its first call (trace or load the exported program, compile or
     load from the cache) is made by one thread while the others wait: shard
     threads starting together each traced the same program at once (~1.3 s of
@@ -79,8 +82,9 @@ def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: 
     executable is kept too, and a later process neither reads nor lowers the
     program (engine.solve.executables): calls then go through that executable,
     the one a later process loads.
-    `pinned`: the results moved to pinned host memory inside the call (around
-    the exported program, which stays the same)."""
+    `staging`: the inputs and results moved inside the call, through the
+    host's pinned memory (engine.solve.staging; around the exported program,
+    which stays the same)."""
     if not plan.device.accelerator:
         keep_freed_memory()  # else every call faults its buffers in afresh (engine.solve._host_memory)
     lock, ready, loaded = threading.Lock(), threading.Event(), threading.Event()
@@ -92,23 +96,27 @@ def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: 
     def make():
         return jax.jit(plan.solver.batch_function(study, settings, selected, plan))
 
-    def to_host(program):
-        return jax.jit(lambda *args: jax.tree.map(lambda x: jax.device_put(x, jax.memory.Space.Host), program(*args)))
+    def wrapped(program):
+        if not staging.wraps:
+            return program
+        return staged(program, staging, packed_layout(study, settings, selected, plan, staging),
+                      lambda results: [results[0][k] for k in selected] + list(results[1:]),
+                      (*selected, "status", "num_steps", "num_events"))
 
     shared = False  # whether `fn` is the program stored under its key (exported.program)
 
     def made(args, program_key):
         nonlocal fn, shared
         if fn is None:
-            program, shared = exported.program(make, program_key, args)
-            fn = to_host(program) if pinned else program
+            program, shared = exported.program(make, program_key, as_the_program_takes(args, staging))
+            fn = wrapped(program)
         return fn
 
     def keys(args) -> tuple:
         """(the program's key, its executable's on this thread's device, where kept, and the device)."""
         program_key = exported.program_key(study, settings, selected, plan, args)
         device = current_device()
-        return program_key, executables.executable_key(program_key, device, pinned) if single else None, device
+        return program_key, executables.executable_key(program_key, device, staging) if single else None, device
 
     def kept_as(key):
         """`key` where the program made (made) is the one stored under its key,
@@ -264,16 +272,26 @@ def _fixed_and_columns(study, params: dict, batch: int, dtype: str) -> tuple[dic
     return fixed, {k: np.asarray(v, dtype=dtype) for k, v in raw.items() if k not in fixed}
 
 
-def _call_args(columns: dict, fixed: dict, start: int, stop: int, batch: int, accelerator: bool) -> dict:
-    """The arguments of the call of points start:stop, always `batch` of them."""
+def _call_args(columns: dict, fixed: dict, start: int, stop: int, batch: int, put) -> dict:
+    """The arguments of the call of points start:stop, always `batch` of them;
+    the varying columns copied by `put` (_put_for; None: read where they are)."""
     if stop - start == batch:  # a whole batch: views, not copies
         args = {k: v[start:stop] for k, v in columns.items()}
     else:  # padded with copies of the batch's first point: same compiled shape every call
         args = {k: _padded(v[start:stop], batch) for k, v in columns.items()}
-    if accelerator:  # the varying columns' copies issued (on CPU the call reads them where they are);
+    if put is not None:  # the varying columns' copies issued (on CPU the call reads them where they are);
         with stages.stage("copy in"):  # not waited for here: the call queues behind them
-            args = jax.device_put(args)
+            args = put(args)
     return args | fixed
+
+
+def _put_for(staging: Staging, accelerator: bool):
+    """How a call's varying columns leave the host's memory: on an accelerator
+    copied to the device, or into pinned host memory whence the call moves them
+    (engine.solve.staging); on CPU not at all (None)."""
+    if not accelerator:
+        return None
+    return to_pinned if staging.inputs_pinned else jax.device_put
 
 
 def _is_float64(settings: SolverSettings) -> bool:
@@ -317,7 +335,8 @@ def load_ahead(study, settings: SolverSettings, params: dict, outputs=None, *, p
     A run starts it before the store's creation, whose work then overlaps the
     compile: on CPU a warm process reads XLA's executable from the compile
     cache there, 0.33 s of a 4,096-point pingpong run's 1.2 s on 2 cores."""
-    fn = compiled(study, settings, _selected(study, outputs), plan)
+    staging = staging_for(plan.device.accelerator)
+    fn = _compiled(study, settings, _selected(study, outputs), plan, staging)
     if fn.started():
         return None
     try:
@@ -326,7 +345,7 @@ def load_ahead(study, settings: SolverSettings, params: dict, outputs=None, *, p
         with stages.running(stages.Clock("program")):
             fixed, columns = _fixed_and_columns(study, params, plan.batch, settings.dtype)
             count = min(len(next(iter(params.values()))), plan.batch)
-            args = _call_args(columns, fixed, 0, count, plan.batch, plan.device.accelerator)
+            args = _call_args(columns, fixed, 0, count, plan.batch, _put_for(staging, plan.device.accelerator))
             return fn.load_ahead(args, np.int32(count))
     except Exception:  # noqa: BLE001 - as the program's own load_ahead: left for the first call
         return None
@@ -390,7 +409,10 @@ class Queued:
     def __init__(self, study, settings: SolverSettings, params: dict, outputs, plan: Plan, empty,
                  ahead: int = WINDOW + 1):
         self._selected = _selected(study, outputs)
-        self._fn = compiled(study, settings, self._selected, plan)
+        staging = staging_for(plan.device.accelerator)
+        self._fn = _compiled(study, settings, self._selected, plan, staging)
+        self._layout = packed_layout(study, settings, self._selected, plan, staging)  # None: results not packed
+        self._put = _put_for(staging, plan.device.accelerator)
         self._batch = plan.batch
         self._accelerator = plan.device.accelerator
         self._empty = empty
@@ -440,14 +462,14 @@ class Queued:
             if start is None:
                 return
             stop = min(start + self._batch, self._n)
-            args = _call_args(self._columns, self._fixed, start, stop, self._batch, self._accelerator)
+            args = _call_args(self._columns, self._fixed, start, stop, self._batch, self._put)
             with stages.stage("device"):  # queued; on CPU the call may run here
                 call = self._fn(args, np.int32(stop - start))
             if self._accelerator:  # each array's copy to the host starts as soon as the call ends
                 # (a stage of its own: asking for the copies held the task threads: 23 of the 42
                 # samples py-spy took of them in a warm 4M-point run, one H100, 2026-11-27)
                 with stages.stage("copy out"):
-                    for piece in self._results(call):
+                    for piece in jax.tree.leaves(call):
                         piece.copy_to_host_async()
             self._in_flight.append((start, stop - start, call))
 
@@ -463,8 +485,11 @@ class Queued:
         with stages.stage("device"):  # the call runs (or is still queued): wait for it
             jax.block_until_ready(call)
         with stages.stage("copy out"):
-            results = self._results(call)
-            pieces = jax.device_get(results) if self._accelerator else [np.asarray(p) for p in results]
+            if self._layout is not None:  # one buffer of every result's bytes, read as views
+                pieces = unpacked(np.asarray(jax.device_get(call)), self._layout)
+            else:
+                results = self._results(call)
+                pieces = jax.device_get(results) if self._accelerator else [np.asarray(p) for p in results]
         host, n = self._host, self._n
         if count == n:  # the only call (a GPU task is one): its arrays as they come out, not copied again
             host.extend(p[:count] for p in pieces)

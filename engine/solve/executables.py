@@ -34,11 +34,11 @@ from engine.solve.exported import kernel_libraries_registered
 FORMAT = 1
 
 
-def executable_key(program_key: str | None, device, pinned: bool) -> str | None:
+def executable_key(program_key: str | None, device, staging) -> str | None:
     """The key of the executable of the program under `program_key` compiled for
-    `device` (a JAX device), its results moved to pinned host memory in the
-    call or not (an accelerator plan's way, whichever device its calls run
-    on); None (not kept) where nothing says when it is
+    `device` (a JAX device), its inputs and results moved through pinned host
+    memory in the call or not (`staging`, engine.solve.staging: an accelerator
+    plan's way, whichever device its calls run on); None (not kept) where nothing says when it is
     stale (no program key; a host whose CPU's features are not listed), or off
     the CPU: an accelerator's executables, serialized again, are not yet tried
     on one (a loaded executable that fails does so in its calls, not as it
@@ -51,7 +51,7 @@ def executable_key(program_key: str | None, device, pinned: bool) -> str | None:
 
     settings = [(name, repr(getattr(jax.config, name, None))) for name in _COMPILE_SETTINGS]
     parts = [FORMAT, program_key, device.platform, device.device_kind, device.client.platform_version,
-             os.environ.get("XLA_FLAGS", ""), cpu, pinned, settings]
+             os.environ.get("XLA_FLAGS", ""), cpu, repr(staging), settings]
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
