@@ -34,7 +34,8 @@ import jax  # noqa: E402
 import pingpong_closed_form as cf  # noqa: E402
 
 ENV = "ROLLSWEEP_KERNEL_BACKEND"
-PINNED = "ROLLSWEEP_PINNED_RESULTS"  # engine.solve.evaluate.PINNED_RESULTS
+PINNED = "ROLLSWEEP_PINNED_RESULTS"  # engine.solve.staging's switches
+STAGED = {"ROLLSWEEP_PINNED_INPUTS": "1", "ROLLSWEEP_PACKED_RESULTS": "1"}
 
 
 def max_error(values, qs, check_points):
@@ -140,17 +141,30 @@ def main():
                 _, seconds = best_of(run.on_device(qs), repeat=2)
                 print(f"{backend + '*':<10} {n / seconds:>14,.0f} {seconds:>10.4f} {'':>22}  the same compiled "
                       "calls on inputs already on the device, outputs left there (no copies in or out)", flush=True)
-                if gpu:  # the same calls, their results left in device memory and copied out by evaluate
-                    os.environ[PINNED] = "0"  # (a program of its own: where results go is in its cache's key)
-                    try:
-                        values, seconds = best_of(lambda run=run, qs=qs: np.asarray(jax.block_until_ready(run(qs))),
-                                                  repeat=2)
-                    finally:
-                        os.environ.pop(PINNED, None)
-                    error = max_error(values, qs, args.check_points)
-                    print(f"{backend + '_device':<10} {n / seconds:>14,.0f} {seconds:>10.4f} {error:>22.2e}  "
-                          f"{PINNED}=0: the calls' results left in device memory, copied out after each call",
-                          flush=True)
+                if gpu:  # the same calls with their copies made other ways (engine.solve.staging; each
+                    # a program of its own: where inputs come from and results go is in its cache's key)
+                    for suffix, switches, what in (
+                            ("_device", {PINNED: "0"}, f"{PINNED}=0: the calls' results left in device memory, "
+                                                       "copied out after each call"),
+                            ("_staged", STAGED, " ".join(f"{k}={v}" for k, v in STAGED.items()) +
+                             ": the varying columns put in pinned host memory and moved in by the call, its "
+                             "results moved out as one buffer")):
+                        before = {name: os.environ.get(name) for name in switches}
+                        os.environ.update(switches)
+                        try:
+                            variant, seconds = best_of(
+                                lambda run=run, qs=qs: np.asarray(jax.block_until_ready(run(qs))), repeat=2)
+                        finally:  # the switches as they were (the rows above and below: the default way)
+                            for name, value in before.items():
+                                if value is None:
+                                    os.environ.pop(name, None)
+                                else:
+                                    os.environ[name] = value
+                        error = max_error(variant, qs, args.check_points)
+                        same = "the default's bits" if variant.tobytes() == values.tobytes() else \
+                            "NOT the default's bits"
+                        print(f"{backend + suffix:<10} {n / seconds:>14,.0f} {seconds:>10.4f} {error:>22.2e}  {what} "
+                              f"({same})", flush=True)
             except Exception as error:  # noqa: BLE001 - a failed backend is a row, never the end of the run
                 print(f"{backend:<10} {'FAILED':>14} {math.nan:>10} {math.nan:>22}  "
                       f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}", flush=True)

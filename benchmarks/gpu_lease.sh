@@ -135,6 +135,13 @@ for backend in ${KERNEL_BACKENDS:-default}; do
         $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite --profile &&
         $RS run $WORK/run$((4 * RUN_POINTS)).toml --quiet --overwrite --profile && true"
 done
+# The same runs with each call's varying columns put in pinned host memory and moved onto the device
+# by the call, and its results moved out as one buffer (ROLLSWEEP_PINNED_INPUTS=1
+# ROLLSWEEP_PACKED_RESULTS=1, engine.solve.staging; off by default until measured here).
+part run1m-staged runs.log 60 env ROLLSWEEP_PINNED_INPUTS=1 ROLLSWEEP_PACKED_RESULTS=1 bash -c "
+    $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite --profile &&
+    $RS run $WORK/run$RUN_POINTS.toml --quiet --overwrite --profile &&
+    $RS run $WORK/run$((4 * RUN_POINTS)).toml --quiet --overwrite --profile && true"
 # The same runs with the calls' results left in device memory and copied out after each call
 # (ROLLSWEEP_PINNED_RESULTS=0, engine.solve.evaluate; the default moves them into pinned host memory).
 part run1m-device runs.log 60 env ROLLSWEEP_PINNED_RESULTS=0 bash -c "
@@ -198,8 +205,11 @@ HOST=(--repeat 2)
 [ "$SMALL" = 1 ] && HOST=(--quick)
 part host runs.log 60 python3 benchmarks/host_cost.py "${HOST[@]}"
 
-# ---- 7. 1e8 points end to end into a zarr cube, peak host memory: as task threads
-# (ROLLSWEEP_PIPELINE=0), then as the pipeline in whatever time is left.
+# ---- 7. 1e8 points end to end into a zarr cube, peak host memory: with pinned inputs and packed
+# results (engine.solve.staging), as task threads (ROLLSWEEP_PIPELINE=0), then the default way
+# in whatever time is left.
+part stream-staged runs.log 40 env ROLLSWEEP_PINNED_INPUTS=1 ROLLSWEEP_PACKED_RESULTS=1 \
+    python3 benchmarks/stream_large.py --study pingpong --side "$SIDE"
 part stream-threads runs.log 40 env ROLLSWEEP_PIPELINE=0 python3 benchmarks/stream_large.py --study pingpong \
     --side "$SIDE"
 part stream runs.log $((DEADLINE - SECONDS)) python3 benchmarks/stream_large.py --study pingpong --side "$SIDE"

@@ -163,7 +163,8 @@ def kernel_rows(output: str) -> list[dict]:
         elif measured and points:
             backend, rate, _, error, why = measured.groups()
             backend = backend.replace("_pinned", ", results to pinned host memory in the call").replace(
-                "_device", ", results copied out of device memory after the call")
+                "_device", ", results copied out of device memory after the call").replace(
+                "_staged", ", inputs from pinned host memory, results in one buffer")
             rows.append({"method": f"fused solver, kernel backend {backend}", "points": points, "rate": number(rate),
                          "errors": {"max |x - closed form|": float(error)},
                          "note": why + ("; no GPU: a smoke test, not a measurement" if smoke else "")})
@@ -258,10 +259,12 @@ def table(rows_file) -> str:
         base, _, variant = name.partition("-")
         kind = {"pinned": "results in pinned host memory", "device": "results copied out of device memory",
                 "threads": "task threads, not the pipeline: ROLLSWEEP_PIPELINE=0",
-                "serial": "JAX's backend started after the imports: ROLLSWEEP_BACKEND_AHEAD=0"}.get(
+                "serial": "JAX's backend started after the imports: ROLLSWEEP_BACKEND_AHEAD=0",
+                "staged": "inputs from pinned host memory, results in one buffer: ROLLSWEEP_PINNED_INPUTS=1 "
+                          "ROLLSWEEP_PACKED_RESULTS=1"}.get(
             variant, f"{variant} kernel backend")
         title = TITLES.get(name) or TITLES.get(base, name) + (
-            f" ({kind})" if base == "run1m" or variant == "threads" else f" ({variant})" if variant else "")
+            f" ({kind})" if base == "run1m" or variant in ("threads", "staged") else f" ({variant})" if variant else "")
         # install and setup give no rows: their machine line heads the table (a failure still gets its row).
         rows = [] if name in ("install", "setup") else [r for r in measured if r["part"] == name] + p["rows"]
         for r in rows:

@@ -178,13 +178,16 @@ def test_bench_kernels_rows_with_copies_on_the_device_and_into_pinned_memory():
               "cuda_pinned  61,000,000     0.0164               5.69e-12  ROLLSWEEP_PINNED_RESULTS=1: the "
               "calls' results moved into pinned host memory by the calls\n"
               "cuda_device  25,960,000     0.0385               5.69e-12  ROLLSWEEP_PINNED_RESULTS=0: the "
-              "calls' results left in device memory, copied out after each call\n")
+              "calls' results left in device memory, copied out after each call\n"
+              "cuda_staged 90,000,000     0.0111               5.69e-12  ROLLSWEEP_PINNED_INPUTS=1 "
+              "ROLLSWEEP_PACKED_RESULTS=1: the varying columns put in pinned host memory\n")
     rows = gpu_table.kernel_rows(output)
     assert [(r["method"], r["rate"]) for r in rows] == [
         ("fused solver, kernel backend cuda", 23_890_000),
         ("fused solver, kernel backend cuda, inputs on the device", 140_650_000),
         ("fused solver, kernel backend cuda, results to pinned host memory in the call", 61_000_000),
-        ("fused solver, kernel backend cuda, results copied out of device memory after the call", 25_960_000)]
+        ("fused solver, kernel backend cuda, results copied out of device memory after the call", 25_960_000),
+        ("fused solver, kernel backend cuda, inputs from pinned host memory, results in one buffer", 90_000_000)]
 
 
 def test_the_streams_row_carries_its_runs_stages():
