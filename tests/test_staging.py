@@ -252,3 +252,26 @@ def test_the_program_kept_for_later_processes_takes_its_inputs_in_device_memory(
     again = evaluate(REGIME, SolverSettings(), params, plan=make_plan(REGIME, GPU, solver="vmapped", batch=16))
     assert len(list((fresh_compile_cache / "programs").glob("*.stablehlo"))) == 1
     assert again.outputs["out_vx"].tobytes() == pinned.outputs["out_vx"].tobytes()
+
+
+def test_columns_go_to_the_pinned_memory_of_the_threads_device():
+    """A thread pinned to one of several devices (a run's shard threads) puts its
+    columns in that device's pinned memory: two CPU devices, in a process of its own."""
+    import os
+    import subprocess
+    import sys
+
+    script = """
+import jax, numpy as np
+from engine.solve.staging import to_pinned
+devices = jax.devices()
+assert len(devices) == 2, devices
+for device in devices:
+    with jax.default_device(device):
+        (column,) = to_pinned({"a": np.arange(4.0)}).values()
+    assert column.sharding.memory_kind == "pinned_host" and column.devices() == {device}, (column.sharding, device)
+print("each on its own")
+"""
+    env = os.environ | {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "each on its own", done.stderr[-3000:]
