@@ -58,6 +58,15 @@ def pinned_results(plan: Plan) -> bool:
     return staging_for(plan.device.accelerator).results_pinned
 
 
+COUNTERS = ("status", "num_steps", "num_events")  # a batch function's results after its outputs
+
+
+def listed(results, selected: tuple[str, ...]) -> list:
+    """A batch function's results as a list: the selected outputs, then status, steps, events."""
+    outputs, *counters = results
+    return [outputs[k] for k in selected] + counters
+
+
 def packed_layout(study, settings: SolverSettings, selected: tuple[str, ...], plan: Plan, staging: Staging):
     """Where each result lies in a call's one buffer of results (engine.solve.staging),
     None where its results are not packed."""
@@ -100,8 +109,7 @@ def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: 
         if not staging.wraps:
             return program
         return staged(program, staging, packed_layout(study, settings, selected, plan, staging),
-                      lambda results: [results[0][k] for k in selected] + list(results[1:]),
-                      (*selected, "status", "num_steps", "num_events"))
+                      functools.partial(listed, selected=selected), (*selected, *COUNTERS))
 
     shared = False  # whether `fn` is the program stored under its key (exported.program)
 
@@ -473,11 +481,6 @@ class Queued:
                         piece.copy_to_host_async()
             self._in_flight.append((start, stop - start, call))
 
-    def _results(self, call) -> list:
-        """A call's arrays, the selected outputs then status, steps, events."""
-        outputs, *counters = call
-        return [outputs[k] for k in self._selected] + counters
-
     def _collect(self, start, count, call) -> None:
         # On an accelerator a call's arrays come back together (their copies started
         # when it was queued); on CPU they are views of its buffers (device_get
@@ -488,7 +491,7 @@ class Queued:
             if self._layout is not None:  # one buffer of every result's bytes, read as views
                 pieces = unpacked(np.asarray(jax.device_get(call)), self._layout)
             else:
-                results = self._results(call)
+                results = listed(call, self._selected)
                 pieces = jax.device_get(results) if self._accelerator else [np.asarray(p) for p in results]
         host, n = self._host, self._n
         if count == n:  # the only call (a GPU task is one): its arrays as they come out, not copied again

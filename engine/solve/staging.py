@@ -115,17 +115,14 @@ def staged(program, staging: Staging, layout: tuple[Piece, ...] | None, order, n
     already) and its results into pinned host memory, packed into one buffer of
     bytes laid out as `layout` where `staging.results_packed`. `order(results)`
     lists the results as `layout` numbers them, `names` names them so."""
-    def moved(x, space):
-        return jax.device_put(x, space)
-
     def call(args, count):
         if staging.inputs_pinned:
-            args = jax.tree.map(lambda x: moved(x, jax.memory.Space.Device), args)
+            args = jax.tree.map(lambda x: jax.device_put(x, jax.memory.Space.Device), args)
         results = program(args, count)
         if not staging.results_pinned:
             return results
         if not staging.results_packed:
-            return jax.tree.map(lambda x: moved(x, jax.memory.Space.Host), results)
+            return jax.tree.map(lambda x: jax.device_put(x, jax.memory.Space.Host), results)
         leaves = order(results)
         for piece in layout:
             leaf = leaves[piece.index]
@@ -135,7 +132,7 @@ def staged(program, staging: Staging, layout: tuple[Piece, ...] | None, order, n
                                  "study declares (an output's dims)")
         packed = jnp.concatenate([jax.lax.bitcast_convert_type(leaves[p.index], jnp.uint8).reshape(-1)
                                   for p in layout])
-        return moved(packed, jax.memory.Space.Host)
+        return jax.device_put(packed, jax.memory.Space.Host)
 
     return jax.jit(call)
 
