@@ -1,5 +1,6 @@
 import os
 import pathlib
+import sys
 import textwrap
 
 import numpy as np
@@ -80,6 +81,25 @@ def assert_rolling_ball_closed_form(columns, result, output, closed_form):
     points = [{k: columns[k][i] for k in PINGPONG_DEFAULTS} for i in range(len(result.status))]
     expected = np.array([closed_form(p) for p in points])
     np.testing.assert_allclose(result.outputs[output], expected, rtol=0, atol=1e-9)
+
+
+def run_marking_slowly(args: list[str]) -> list[str]:
+    """The command line of a process running `rollsweep <args>` whose shards are
+    marked done 50 ms apart at least: a test that stops it (kill, SIGTERM) after
+    its first markers finds it still running, however fast the machine (400
+    one-point shards once finished within one look at the markers)."""
+    script = f"""
+import time
+from engine.cli.commands import program
+from engine.cube.markers import Markers
+mark_done = Markers.mark_done
+def marked_slowly(self, *args):
+    mark_done(self, *args)
+    time.sleep(0.05)
+Markers.mark_done = marked_slowly
+program({args!r})  # as `python -m engine.cli` runs it
+"""
+    return [sys.executable, "-c", script]
 
 
 def cubes_identical(a, b) -> bool:

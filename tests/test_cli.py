@@ -7,6 +7,8 @@ import pytest
 
 from engine.cli.commands import main
 
+from conftest import run_marking_slowly
+
 
 def test_studies_lists_pingpong_with_units(capsys):
     assert main(["studies"]) == 0
@@ -63,7 +65,7 @@ def test_sigterm_stops_a_run_with_one_line_and_it_resumes(small_sweep, tmp_path)
 
     config = small_sweep(axes='spin_ratio = { linspace = [0.0, 3.0, 400] }', shard_size=1)
     command = [sys.executable, "-m", "engine.cli", "run", str(config), "--workers", "1", "--quiet"]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(run_marking_slowly(command[3:]), stderr=subprocess.PIPE, text=True)
     markers = tmp_path / "cube.zarr" / "_rollsweep" / "grid"
     deadline = time.monotonic() + 120
     while not (markers.exists() and any(markers.glob("*.json"))) and time.monotonic() < deadline:
@@ -72,7 +74,9 @@ def test_sigterm_stops_a_run_with_one_line_and_it_resumes(small_sweep, tmp_path)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 143, stderr
     assert stderr.strip().splitlines() == ["rollsweep: interrupted; run the same command again to resume"]
+    assert 0 < len(list(markers.glob("*.json"))) < 400  # stopped part way, what was done kept
     assert subprocess.run(command, capture_output=True, text=True, timeout=300).returncode == 0
+    assert len(list(markers.glob("*.json"))) == 400
 
 
 @pytest.mark.usefixtures("children_on_cpu")

@@ -21,7 +21,7 @@ from engine.runner.execute import default_workers, run
 from engine.runner.tasks import task_points
 from engine.sweep.config import load_sweep
 
-from conftest import cubes_identical
+from conftest import cubes_identical, run_marking_slowly
 
 
 def tree_digest(path: pathlib.Path) -> str:
@@ -89,13 +89,12 @@ def test_rerun_of_a_complete_cube_computes_nothing(small_sweep):
 
 
 def test_kill_then_resume_gives_identical_cube(small_sweep, tmp_path):
-    # Many one-point shards so the kill lands mid-run (61 no longer did: the
-    # chunk writers finished them all within one look at the markers).
+    # Many one-point shards, marked done slowly, so the kill lands mid-run.
     n = 401
     path = small_sweep(axes=f'spin_ratio = {{ linspace = [0.0, 3.0, {n}] }}', shard_size=1)
     killed = load_sweep(path, out=str(tmp_path / "killed.zarr"))
     cmd = [sys.executable, "-m", "engine.cli", "run", str(path), "--out", str(killed.out), "--quiet"]
-    proc = subprocess.Popen(cmd, start_new_session=True)
+    proc = subprocess.Popen(run_marking_slowly(cmd[3:]), start_new_session=True)
     deadline = time.time() + 120
     while len(Markers(killed.out).done("grid")) < 5 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.01)
