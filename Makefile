@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 EXTRAS ?= test   # CI adds crosscheck: EXTRAS=test,crosscheck
 MARKERS ?= not slow and not slurm   # CI runs the slurm tests too: MARKERS="not slow"
+PYTEST_ARGS ?=   # more of pytest's options, e.g. PYTEST_ARGS="-n 2" (pytest-xdist: the tests on 2 processes)
 BIN     = $(VENV)/bin
 
 .PHONY: demo test test-all bench clean
@@ -18,7 +19,7 @@ demo: $(BIN)/rollsweep  ## run every study's demo sweeps and draw their figures 
 	$(BIN)/rollsweep demo --out demo
 
 test: $(BIN)/rollsweep  ## the default test run (fast tests; slow and slurm tests excluded)
-	$(BIN)/python -m pytest -p no:cacheprovider -m "$(strip $(MARKERS))"
+	$(BIN)/python -m pytest -p no:cacheprovider -m "$(strip $(MARKERS))" $(PYTEST_ARGS)
 
 test-all: $(BIN)/rollsweep  ## every test, slow ones included
 	$(BIN)/python -m pytest -p no:cacheprovider -m ""
