@@ -86,8 +86,9 @@ def assert_rolling_ball_closed_form(columns, result, output, closed_form):
 def run_marking_slowly(args: list[str]) -> list[str]:
     """The command line of a process running `rollsweep <args>` whose shards are
     marked done 50 ms apart at least: a test that stops it (kill, SIGTERM) after
-    its first markers finds it still running, however fast the machine (400
-    one-point shards once finished within one look at the markers)."""
+    its first markers, or asks for its store, finds it still running however
+    fast the machine (400 one-point shards once finished within one look at the
+    markers; 100 now take 5 s at least)."""
     script = f"""
 import time
 from engine.cli.commands import program

@@ -10,7 +10,7 @@ from engine.cube.store import open_cube
 from engine.runner.execute import run
 from engine.sweep.config import load_sweep
 
-from conftest import cubes_identical
+from conftest import cubes_identical, run_marking_slowly
 
 
 def test_a_shard_that_raises_is_recorded_and_the_rest_completes(small_sweep, monkeypatch, tmp_path):
@@ -83,12 +83,12 @@ def test_a_second_run_on_the_same_store_is_refused(small_sweep, tmp_path):
     import sys
     import time
 
-    path = small_sweep(axes='spin_ratio = { linspace = [0.0, 3.0, 801] }', shard_size=1)
+    path = small_sweep(axes='spin_ratio = { linspace = [0.0, 3.0, 201] }', shard_size=1)
     sweep = load_sweep(path)
     args = ["run", str(path), "--quiet"]
     # The second process is started first and waits, its imports done, so that
-    # it asks for the store within milliseconds of the first run's first shard
-    # (a run of 801 one-point shards may end before a fresh process is up).
+    # it asks for the store within milliseconds of the first run's first shard;
+    # the first marks its shards done slowly, so it is still running then.
     waiting = (
         "import sys, engine.cli, engine.runner.execute, engine.cube.store; engine.load_study('pingpong'); "
         "print('ready', flush=True); sys.stdin.readline(); "
@@ -97,7 +97,7 @@ def test_a_second_run_on_the_same_store_is_refused(small_sweep, tmp_path):
     second = subprocess.Popen([sys.executable, "-c", waiting], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     assert second.stdout.readline().strip() == "ready"
-    first = subprocess.Popen([sys.executable, "-m", "engine.cli", *args, "--workers", "1"])
+    first = subprocess.Popen(run_marking_slowly([*args, "--workers", "1"]))
     deadline = time.time() + 120
     while not Markers(sweep.out).done("grid") and time.time() < deadline:
         time.sleep(0.01)

@@ -90,7 +90,7 @@ def test_rerun_of_a_complete_cube_computes_nothing(small_sweep):
 
 def test_kill_then_resume_gives_identical_cube(small_sweep, tmp_path):
     # Many one-point shards, marked done slowly, so the kill lands mid-run.
-    n = 401
+    n = 101
     path = small_sweep(axes=f'spin_ratio = {{ linspace = [0.0, 3.0, {n}] }}', shard_size=1)
     killed = load_sweep(path, out=str(tmp_path / "killed.zarr"))
     cmd = [sys.executable, "-m", "engine.cli", "run", str(path), "--out", str(killed.out), "--quiet"]
