@@ -1,11 +1,11 @@
-"""Run every benchmark (benchmarks/bench_*.py, and host_cost.py) in turn, each with its defaults.
+"""Run every benchmark (benchmarks/bench_*.py, host_cost.py and host_pipeline.py) in turn, each with its defaults.
 
 Each script runs in its own process (a fresh JAX runtime and numba thread pool)
 with this interpreter; their tables print as they come. --quick is passed on
 to the scripts that accept it (small grids, a smoke test); the others run with
 their defaults. Exit status: non-zero if any benchmark failed.
 
-Run: python benchmarks/run_all.py [--quick] [NAME ...]   (NAME: e.g. hoop for bench_hoop.py, host_cost)
+Run: python benchmarks/run_all.py [--quick] [NAME ...]   (NAME: e.g. hoop for bench_hoop.py, host_cost, host_pipeline)
 """
 
 import argparse
@@ -17,12 +17,12 @@ import time
 HERE = pathlib.Path(__file__).resolve().parent
 # Benchmarks run beside the bench_*.py ones, by their file's stem: the engine's own
 # cost a point (a study with nothing to solve, against numpy + zarr).
-OTHERS = ("host_cost.py",)
+OTHERS = ("host_cost.py", "host_pipeline.py")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("names", nargs="*", help="run only these benchmarks (bench_NAME.py, or host_cost)")
+    parser.add_argument("names", nargs="*", help="run only these (bench_NAME.py, host_cost or host_pipeline)")
     parser.add_argument("--quick", action="store_true", help="small grids, where a benchmark offers --quick")
     args = parser.parse_args()
     scripts = sorted(HERE.glob("bench_*.py")) + [HERE / name for name in OTHERS]
