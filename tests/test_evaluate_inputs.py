@@ -4,12 +4,13 @@ values passed point by point; and the host allocator is set once per process."""
 
 import os
 import platform
+import sys
 
 import numpy as np
 import pytest
 
 from engine import SolverSettings
-from engine.solve import evaluate
+from engine.solve import evaluate, make_plan
 from engine.solve._host_memory import keep_freed_memory
 from studies.rebound import REGIME
 
@@ -35,6 +36,41 @@ def test_a_fixed_parameter_gives_the_results_of_its_values_point_by_point(dtype)
     # The fixed values were used: other values give other results.
     c = evaluate(REGIME, settings, axes | full | {"friction": np.full(n, 0.1)}, batch_size=16)
     assert not np.array_equal(a.outputs["out_vx"], c.outputs["out_vx"], equal_nan=True)
+
+
+@pytest.mark.parametrize("n", [37, 48])  # a padded last call, and whole calls alone
+def test_columns_with_room_give_a_copys_results_and_hold_the_padding(n, monkeypatch):
+    """A run's task makes its columns call_room long: the room after its points
+    is padded where it stands, as a copy would be (the last call's first point),
+    no call copies a column, and every result is the copied way's, bit for bit."""
+    evaluate_module = sys.modules["engine.solve.evaluate"]  # engine.solve's `evaluate` is the function
+    plan = make_plan(REGIME, batch=16)
+    room = evaluate_module.call_room(plan, n)
+    assert room == 48
+    rng = np.random.default_rng(5)
+    varying = {"spin_ratio": rng.uniform(-1.2, 1.2, n), "incidence_angle": rng.uniform(0, 89.9, n)}
+    fixed = {k: np.broadcast_to(np.float64(v), (n,)) for k, v in REGIME.defaults.items() if k not in varying}
+    roomy = {}
+    for k, v in varying.items():
+        roomy[k] = np.full(room, np.nan)  # what the room held before: never read as points
+        roomy[k][:n] = v
+    copied = evaluate(REGIME, SolverSettings(), varying | fixed, plan=plan)
+
+    def no_copy(values, batch):
+        raise AssertionError("a column with room was copied")
+
+    monkeypatch.setattr(evaluate_module, "_padded", no_copy)
+    queued = evaluate_module.queue_calls(REGIME, SolverSettings(), roomy | fixed, plan=plan, points=n)
+    result = queued.result()
+    for name in copied.outputs:
+        assert result.outputs[name].shape == (n,)
+        np.testing.assert_array_equal(result.outputs[name], copied.outputs[name], err_msg=name)
+    for got, expected in ((result.status, copied.status), (result.num_steps, copied.num_steps),
+                          (result.num_events, copied.num_events)):
+        np.testing.assert_array_equal(got, expected)
+    for k, v in roomy.items():
+        np.testing.assert_array_equal(v[:n], varying[k])
+        np.testing.assert_array_equal(v[n:], np.full(room - n, v[32]))  # the last call's first point
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the thresholds are glibc's")

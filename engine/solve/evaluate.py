@@ -254,6 +254,24 @@ def _broadcast(batch: int):
     return jax.jit(lambda one: jnp.broadcast_to(one, (batch,)))
 
 
+def call_room(plan: Plan, points: int) -> int:
+    """The length of columns that hold `points` points and their last call's
+    padding: whole calls of the plan's batch. A task whose columns are made this
+    long (queue_calls' `points`) has its last call padded where it stands."""
+    return -(-points // plan.batch) * plan.batch
+
+
+def _pad_in_room(columns: dict, n: int, batch: int) -> None:
+    """The room of columns longer than their `n` points, up to the end of the last
+    call, filled as _padded fills a copy: with copies of that call's first point.
+    (Copied instead, a GPU-sized task's last call, of 1,040,000 points in a batch
+    of 2^20, cost 3-7 ms a column on 2 cores: the copy of the whole call.)"""
+    last = (n - 1) // batch * batch
+    for column in columns.values():
+        if len(column) > n:
+            column[n:last + batch] = column[last]
+
+
 def _padded(values: np.ndarray, batch: int) -> np.ndarray:
     """`values` then copies of its first value, `batch` in all. (Taken by an index
     array, the copy cost 10 ms per 2^20-point column on 2 cores: 60% of a
@@ -283,8 +301,8 @@ def _fixed_and_columns(study, params: dict, batch: int, dtype: str) -> tuple[dic
 def _call_args(columns: dict, fixed: dict, start: int, stop: int, batch: int, put) -> dict:
     """The arguments of the call of points start:stop, always `batch` of them;
     the varying columns copied by `put` (_put_for; None: read where they are)."""
-    if stop - start == batch:  # a whole batch: views, not copies
-        args = {k: v[start:stop] for k, v in columns.items()}
+    if all(len(v) >= start + batch for v in columns.values()):  # a whole batch, or the
+        args = {k: v[start:start + batch] for k, v in columns.items()}  # last padded in its room: views
     else:  # padded with copies of the batch's first point: same compiled shape every call
         args = {k: _padded(v[start:stop], batch) for k, v in columns.items()}
     if put is not None:  # the varying columns' copies issued (on CPU the call reads them where they are);
@@ -392,14 +410,18 @@ def evaluate(
 
 @_in_settings_and_plan
 def queue_calls(study, settings: SolverSettings, params: dict, outputs=None, *, plan: Plan,
-                empty=np.empty) -> "Queued":
+                empty=np.empty, points: int | None = None) -> "Queued":
     """evaluate's calls for `params`, the first WINDOW + 1 queued now on this
     thread's device (its points packed, its inputs' copies issued): their results
     are gathered by the returned Queued's result(), on this thread or another,
     which queues the rest as they end. A run's pipeline queues a task's calls so
     on its feeding thread and hands the gathering and the writes to a writer
-    (engine.runner.pipeline)."""
-    return Queued(study, settings, params, outputs, plan, empty)
+    (engine.runner.pipeline).
+
+    `points`: the points solved, where the varying columns are longer
+    (call_room's length): the room after them is written with the last call's
+    padding, so that no call copies its columns (None: every column's length)."""
+    return Queued(study, settings, params, outputs, plan, empty, points=points)
 
 
 class Queued:
@@ -415,7 +437,7 @@ class Queued:
     how many points came with it."""
 
     def __init__(self, study, settings: SolverSettings, params: dict, outputs, plan: Plan, empty,
-                 ahead: int = WINDOW + 1):
+                 ahead: int = WINDOW + 1, points: int | None = None):
         self._selected = _selected(study, outputs)
         staging = staging_for(plan.device.accelerator)
         self._fn = _compiled(study, settings, self._selected, plan, staging)
@@ -424,7 +446,7 @@ class Queued:
         self._batch = plan.batch
         self._accelerator = plan.device.accelerator
         self._empty = empty
-        self._n = n = len(next(iter(params.values())))
+        self._n = n = len(next(iter(params.values()))) if points is None else points
         if n == 0:
             raise ValueError(f"evaluate of study {study.name!r}: no points (every parameter's column is empty)")
         # A fixed parameter (one value seen n times: a broadcast view) is put on the
@@ -442,6 +464,7 @@ class Queued:
         # (on a GPU, a 2^20-point call of the rolling ball moved 48 MB for its six
         # fixed parameters).
         self._fixed, self._columns = _fixed_and_columns(study, params, self._batch, settings.dtype)
+        _pad_in_room(self._columns, n, self._batch)
         self._host = []  # the whole arrays, made at the first results: the selected outputs, status, steps, events
         self._starts = iter(range(0, n, self._batch))
         self._in_flight = collections.deque()

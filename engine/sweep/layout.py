@@ -43,14 +43,16 @@ class Layout:
             slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, self.chunks, self.shape, strict=True)
         )
 
-    def points(self, shards, axes_values, empty=np.empty) -> list[np.ndarray]:
+    def points(self, shards, axes_values, empty=np.empty, length: int | None = None) -> list[np.ndarray]:
         """The points of `shards`, one after another, as flat arrays, one per axis
         (each shard's in C order over its block), made by `empty(shape, dtype)`.
         Written once into the arrays (no mesh per shard, then joined: two copies
-        of every column)."""
+        of every column). `length`: the arrays' length, where it is more than the
+        points (room left after them, not written here)."""
         regions = [self.region(shard) for shard in shards]
         shapes = [tuple(s.stop - s.start for s in region) for region in regions]
-        columns = [empty((sum(map(math.prod, shapes)),), np.asarray(values).dtype) for values in axes_values]
+        total = sum(map(math.prod, shapes))
+        columns = [empty((max(total, length or 0),), np.asarray(values).dtype) for values in axes_values]
         offset = 0
         for region, shape in zip(regions, shapes, strict=True):
             size = math.prod(shape)
