@@ -40,9 +40,10 @@ def test_a_fixed_parameter_gives_the_results_of_its_values_point_by_point(dtype)
 
 @pytest.mark.parametrize("n", [37, 48])  # a padded last call, and whole calls alone
 def test_columns_with_room_give_a_copys_results_and_hold_the_padding(n, monkeypatch):
-    """A run's task makes its columns call_room long: the room after its points
-    is padded where it stands, as a copy would be (the last call's first point),
-    no call copies a column, and every result is the copied way's, bit for bit."""
+    """A run's task makes its columns call_room long, the room after its points
+    padded where it stands as a copy would be (pad_last_call: the last call's
+    first point): no call copies a column, and every result is the copied
+    way's, bit for bit."""
     evaluate_module = sys.modules["engine.solve.evaluate"]  # engine.solve's `evaluate` is the function
     plan = make_plan(REGIME, batch=16)
     room = evaluate_module.call_room(plan, n)
@@ -52,8 +53,9 @@ def test_columns_with_room_give_a_copys_results_and_hold_the_padding(n, monkeypa
     fixed = {k: np.broadcast_to(np.float64(v), (n,)) for k, v in REGIME.defaults.items() if k not in varying}
     roomy = {}
     for k, v in varying.items():
-        roomy[k] = np.full(room, np.nan)  # what the room held before: never read as points
+        roomy[k] = np.full(room, np.nan)  # what the room held before
         roomy[k][:n] = v
+    evaluate_module.pad_last_call(roomy.values(), n, plan.batch)
     copied = evaluate(REGIME, SolverSettings(), varying | fixed, plan=plan)
 
     def no_copy(values, batch):

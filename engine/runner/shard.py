@@ -23,7 +23,7 @@ from engine.solve._host_memory import reused_arrays
 from engine.solve.base import Plan
 from engine.solve.critical import find_critical
 from engine.solve.device import device_name, on_platform
-from engine.solve.evaluate import call_room, evaluate, queue_calls
+from engine.solve.evaluate import call_room, evaluate, pad_last_call, queue_calls
 from engine.study.source import study_folder
 from engine.study.status import Status
 
@@ -58,8 +58,9 @@ def start_grid_task(cube: Cube, plan: Plan, task: Task):
     arrays = contextlib.ExitStack()
     empty = arrays.enter_context(reused_arrays())
     try:
-        # Made with room for the last call's padding: no call copies its columns.
+        # Made with the last call's padding after the points: no call copies its columns.
         columns = grid.points(task.shards, [a.values for a in sweep.axes], empty, call_room(plan, task.points))
+        pad_last_call(columns, task.points, plan.batch)
         start = time.perf_counter()
         params = sweep.point_params(sweep.axis_names, columns, task.points)
         queued = queue_calls(sweep.study, sweep.solver, params, outputs=sweep.outputs, plan=plan, empty=empty,

@@ -256,20 +256,18 @@ def _broadcast(batch: int):
 
 def call_room(plan: Plan, points: int) -> int:
     """The length of columns that hold `points` points and their last call's
-    padding: whole calls of the plan's batch. A task whose columns are made this
-    long (queue_calls' `points`) has its last call padded where it stands."""
+    padding: whole calls of the plan's batch (queue_calls' `points`)."""
     return -(-points // plan.batch) * plan.batch
 
 
-def _pad_in_room(columns: dict, n: int, batch: int) -> None:
-    """The room of columns longer than their `n` points, up to the end of the last
-    call, filled as _padded fills a copy: with copies of that call's first point.
-    (Copied instead, a GPU-sized task's last call, of 1,040,000 points in a batch
-    of 2^20, cost 3-7 ms a column on 2 cores: the copy of the whole call.)"""
-    last = (n - 1) // batch * batch
-    for column in columns.values():
-        if len(column) > n:
-            column[n:last + batch] = column[last]
+def pad_last_call(columns, points: int, batch: int) -> None:
+    """The room of each of `columns` after its `points` points, up to the end of
+    the last call, filled as _padded fills a copy: with copies of that call's
+    first point. (Copied instead, a GPU-sized task's last call, of 1,040,000
+    points in a batch of 2^20, cost 3-7 ms a column on 2 cores: the whole call.)"""
+    last = (points - 1) // batch * batch
+    for column in columns:
+        column[points:last + batch] = column[last]
 
 
 def _padded(values: np.ndarray, batch: int) -> np.ndarray:
@@ -418,9 +416,9 @@ def queue_calls(study, settings: SolverSettings, params: dict, outputs=None, *, 
     on its feeding thread and hands the gathering and the writes to a writer
     (engine.runner.pipeline).
 
-    `points`: the points solved, where the varying columns are longer
-    (call_room's length): the room after them is written with the last call's
-    padding, so that no call copies its columns (None: every column's length)."""
+    `points`: the points solved, where the varying columns are longer:
+    call_room long, their room holding the last call's padding (pad_last_call),
+    so that no call copies its columns (None: every column's length)."""
     return Queued(study, settings, params, outputs, plan, empty, points=points)
 
 
@@ -464,7 +462,6 @@ class Queued:
         # (on a GPU, a 2^20-point call of the rolling ball moved 48 MB for its six
         # fixed parameters).
         self._fixed, self._columns = _fixed_and_columns(study, params, self._batch, settings.dtype)
-        _pad_in_room(self._columns, n, self._batch)
         self._host = []  # the whole arrays, made at the first results: the selected outputs, status, steps, events
         self._starts = iter(range(0, n, self._batch))
         self._in_flight = collections.deque()
