@@ -276,7 +276,7 @@ def _padded(values: np.ndarray, batch: int) -> np.ndarray:
     GPU-sized task's host work where its study has nothing to solve.)"""
     out = np.empty((batch, *values.shape[1:]), values.dtype)
     out[: len(values)] = values
-    out[len(values):] = values[0]
+    pad_last_call((out,), len(values), batch)  # the one padding rule, a task's columns' too
     return out
 
 
