@@ -66,6 +66,10 @@ def test_settings_resolve_keyword_then_sweep_then_user_file(tmp_path):
     ({"cores": 0}, "slurm.cores", "positive integer"),
     ({"extra_directives": "--qos=low"}, "slurm.extra_directives", "list of strings"),
     ({"memory": 4}, "slurm.memory", "must be a string"),
+    ({"memory": "lots"}, "slurm.memory", "not a SLURM memory size"),
+    ({"walltime": "forever"}, "slurm.walltime", "not a SLURM time limit"),
+    ({"partition": "gpu\nrm -rf $HOME/important"}, "slurm.partition", "not a partition name"),
+    ({"setup": ["module load cuda"]}, "slurm.setup", "not taken from a sweep file"),
 ])
 def test_bad_slurm_settings_name_the_key(tmp_path, table, key, reason):
     with pytest.raises(ConfigError) as err:

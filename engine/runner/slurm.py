@@ -3,13 +3,15 @@
 Settings resolve keyword (command line) > the sweep's [slurm] table > the user
 file ~/.config/rollsweep/slurm.toml > defaults. Job scripts are text rendered
 by a pure function from a frozen `Resources` and the templates in slurm/
-(installed as the package engine.slurm_templates).
+(installed as the package engine.slurm_templates); every value is checked
+before it is written (engine.sweep.resources) and again as it is (`render`).
 """
 
 import importlib.resources
 import json
 import os
 import pathlib
+import re
 import shlex
 import string
 import subprocess
@@ -17,7 +19,7 @@ import time
 import tomllib
 
 from engine.errors import ConfigError
-from engine.sweep.resources import Resources, checked
+from engine.sweep.resources import FIELDS, Resources, checked, memory_bytes, shown, unprintable
 
 _CHECKOUT = pathlib.Path(__file__).resolve().parents[2]  # engine/runner/slurm.py -> the checkout
 _CONFIG_HOME = pathlib.Path(os.environ.get("XDG_CONFIG_HOME", pathlib.Path.home() / ".config"))
@@ -25,14 +27,18 @@ USER_FILE = _CONFIG_HOME / "rollsweep" / "slurm.toml"
 
 
 def resolve(sweep_table: dict, keywords: dict, sweep_file: str, user_file: pathlib.Path = USER_FILE) -> Resources:
+    """The settings of a run's jobs, each layer checked as what it is: the user's
+    own file and the keywords (command line, Python) may carry code (`setup`,
+    `python`); the sweep's table, which others may have written, may not."""
     layers = {}
     if user_file.exists():
         try:
-            layers |= checked(tomllib.loads(user_file.read_text()).get("slurm", {}), str(user_file))
+            table = tomllib.loads(user_file.read_text()).get("slurm", {})
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(user_file, "<syntax>", f"not valid TOML: {err}") from None
-    layers |= checked(sweep_table, sweep_file)
-    layers |= checked({k: v for k, v in keywords.items() if v is not None}, "<command line>")
+        layers |= checked(table, str(user_file), shared=False)
+    layers |= checked(sweep_table, sweep_file, shared=True)
+    layers |= checked({k: v for k, v in keywords.items() if v is not None}, "<command line>", shared=False)
     return Resources(**layers)
 
 
@@ -45,19 +51,78 @@ def template_text(name: str) -> str:
     return importlib.resources.files("engine.slurm_templates").joinpath(name).read_text()
 
 
+# Fields a template writes in shell code, shell-quoted there. Every other field is
+# written on an #SBATCH line, where shell quoting would be read literally (sbatch
+# splits the line at whitespace, groups with double quotes and stops at "#"), so
+# there a value must be one plain word: `Resources` checks its own values that
+# strictly, and render checks every value again.
+_SHELL_FIELDS = ("python", "store", "share")
+# Placeholders that stand alone on their line and become one line per entry (a
+# blank line when there is none).
+_BLOCKS = ("directives", "setup")
+_SBATCH_WORD_BREAKERS = re.compile(r'[\s"#\\]')
+# The key a user sets for a field, named when a value cannot be written.
+_FIELD_KEYS = {"store": "run.out", "share": "run.out", "log_dir": "run.out", "job_name": "study",
+               "directives": "slurm.extra_directives", "setup": "slurm.setup"}
+
+
 def render(template: str, resources: Resources, **fields) -> str:
-    """Job script text: a pure function of the template, resources and fields."""
-    text = template_text(template)
+    """Job script text: a pure function of the template, resources and fields.
+    Raises ConfigError when a value would not stay where the template puts it
+    (a second line, a second #SBATCH argument): checked here as well as in
+    `Resources`, so that nothing reaches a script unchecked."""
     solves = template == "array.sbatch"
-    values = {
-        "cores": resources.cores,
-        "memory": resources.memory,
-        "walltime": resources.walltime,
-        "directives": "\n".join(resources.directives(gpus=solves)),
-        "setup": "\n".join(list(resources.setup) + (resources.environment() if solves else [])),
-        "python": shlex.quote(resources.python),
-    } | {k: shlex.quote(str(v)) if k in ("store", "share", "log_dir") else v for k, v in fields.items()}
-    return string.Template(text).substitute(values).replace("\n\n\n", "\n\n")
+    blocks = {"directives": resources.directives(gpus=solves),
+              "setup": [*resources.setup, *(resources.environment() if solves else [])]}
+    fields = {"cores": resources.cores, "memory": resources.memory, "walltime": resources.walltime,
+              "python": resources.python} | fields
+    origin = f"<job script {template}>"
+    for name, value in fields.items():
+        (_check_one_line if name in _SHELL_FIELDS else _check_sbatch_word)(origin, name, str(value))
+    for line in blocks["directives"]:
+        _check_sbatch_word(origin, "directives", line.removeprefix("#SBATCH "))
+    for line in blocks["setup"]:
+        _check_one_line(origin, "setup", line)
+    text = template_text(template)
+    values = {name: shlex.quote(str(value)) if name in _SHELL_FIELDS else value for name, value in fields.items()}
+    script = string.Template(text).substitute(values | {name: "\n".join(blocks[name]) for name in _BLOCKS})
+    _check_line_count(origin, text, script, blocks)
+    return script
+
+
+def _field_key(name: str) -> str:
+    return _FIELD_KEYS.get(name, f"slurm.{name}" if name in FIELDS else name)
+
+
+def _check_one_line(origin: str, name: str, value: str) -> None:
+    """A value written shell-quoted, or a setup line (code by design): one line."""
+    if unprintable(value):
+        raise ConfigError(origin, _field_key(name), f"{shown(value)} holds a control character; a job script "
+                                                    "takes one line per value")
+
+
+def sbatch_word(value: str) -> bool:
+    """Whether `value` is read by sbatch as one argument, as written, on an
+    #SBATCH line: not empty, no whitespace, double quote, backslash or "#"
+    (which group, escape or end the line's arguments), no control character."""
+    return bool(value) and not unprintable(value) and not _SBATCH_WORD_BREAKERS.search(value)
+
+
+def _check_sbatch_word(origin: str, name: str, value: str) -> None:
+    if not sbatch_word(value):
+        raise ConfigError(origin, _field_key(name), f"{shown(value)} cannot be written on an #SBATCH line: it must be "
+                                                    "one word, without whitespace, quotes, '#', backslashes or "
+                                                    "control characters")
+
+
+def _check_line_count(origin: str, text: str, script: str, blocks: dict) -> None:
+    """The script has the template's lines, its blocks' placeholder lines each
+    made one line per entry (one blank line when empty), and nothing more."""
+    added = sum(max(1, len(lines)) - 1 for lines in blocks.values())
+    # Both counts: splitlines also breaks at "\r", "\v", "\x85", U+2028 ..., bash only at "\n".
+    if (len(script.splitlines()), script.count("\n")) != (len(text.splitlines()) + added, text.count("\n") + added):
+        raise ConfigError(origin, "<lines>", f"{len(script.splitlines())} lines rendered where the template makes "
+                                             f"{len(text.splitlines()) + added}: a value holds a line break")
 
 
 def array_script(resources: Resources, store, share, job_name: str, tasks: int, log_dir) -> str:
@@ -93,18 +158,26 @@ def read_share(path, task: int) -> list[tuple[str, int]]:
 
 def jobqueue_cluster(resources: Resources, log_dir):
     """Worker jobs whose logs go to `log_dir` (the store's, like the job array's),
-    not to slurm-<id>.out files in the directory the run was started from."""
+    not to slurm-<id>.out files in the directory the run was started from.
+    dask-jobqueue writes its values bare: on #SBATCH lines (`Resources` checked
+    those, and log_dir is checked here) and in the worker's command line, where
+    the Python's path is written shell-quoted."""
     from dask_jobqueue import SLURMCluster
 
+    _check_sbatch_word("<dask-jobqueue worker job>", "log_dir", str(log_dir))
     return SLURMCluster(
         queue=resources.partition,
         account=resources.account,
         cores=resources.cores,
         processes=1,  # one worker process per job: one JAX runtime (one GPU) each
-        memory=resources.memory,
+        # dask reads "4G" as 4e9 bytes and "4096" as bytes; SLURM as 4 GiB and 4096 MiB.
+        # The worker's limit is given in bytes as SLURM reads the size, and the job
+        # asks for the size as written.
+        memory=str(memory_bytes(resources.memory)),
+        job_mem=resources.memory,
         walltime=resources.walltime,
         interface=resources.interface,
-        python=resources.python,
+        python=shlex.quote(resources.python),
         job_extra_directives=[*resources.extra_directives, *resources.gpu_options()],
         job_script_prologue=[*resources.setup, *resources.environment()],
         worker_extra_args=["--nthreads", "1"],
