@@ -4,7 +4,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 EXTRAS ?= test   # CI adds crosscheck: EXTRAS=test,crosscheck
 MARKERS ?= not slow and not slurm   # CI runs the slurm tests too: MARKERS="not slow"
-PYTEST_ARGS ?=   # more of pytest's options, e.g. PYTEST_ARGS="-n 2" (pytest-xdist: the tests on 2 processes)
+PYTEST_ARGS ?=   # more of pytest's options, e.g. PYTEST_ARGS="-k hoop"
+# The tests on every core, up to 8 (pytest-xdist's workers; 0: in pytest's own
+# process, where a machine has one core). On 2 cores that halves the suite's
+# time; each worker holds its programs and solves (about 1 GiB), so 8 at most.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n > 8 ? 8 : (n > 1 ? n : 0) )))
 BIN     = $(VENV)/bin
 
 .PHONY: demo test test-all bench clean
@@ -18,11 +22,15 @@ $(BIN)/rollsweep: pyproject.toml
 demo: $(BIN)/rollsweep  ## run every study's demo sweeps and draw their figures into demo/
 	$(BIN)/rollsweep demo --out demo
 
-test: $(BIN)/rollsweep  ## the default test run (fast tests; slow and slurm tests excluded)
-	$(BIN)/python -m pytest -p no:cacheprovider -m "$(strip $(MARKERS))" $(PYTEST_ARGS)
+# --dist loadgroup: tests go to workers in runs of a file's neighbours (a worker
+# reuses the programs it compiled), the real-SLURM tests all to one worker
+# (xdist_group "slurm": one cluster started once); --durations: the 30 slowest.
+test: $(BIN)/rollsweep  ## the default test run (fast tests; slow and slurm tests excluded), on every core
+	$(BIN)/python -m pytest -p no:cacheprovider -m "$(strip $(MARKERS))" -n $(strip $(TEST_WORKERS)) \
+		--dist loadgroup --durations=30 $(PYTEST_ARGS)
 
 test-all: $(BIN)/rollsweep  ## every test, slow ones included
-	$(BIN)/python -m pytest -p no:cacheprovider -m ""
+	$(BIN)/python -m pytest -p no:cacheprovider -m "" -n $(strip $(TEST_WORKERS)) --dist loadgroup --durations=30
 
 bench: $(BIN)/rollsweep  ## every study against the baselines a user would write, one run each (run_all.py --quick: smoke test)
 	$(BIN)/python -m pip install -q -e ".[bench]"
