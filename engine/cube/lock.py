@@ -31,7 +31,9 @@ def _owner_text(fd) -> str:
 def lock_path(path) -> pathlib.Path:
     """The lock file beside a store (`NAME.zarr.lock`): never moved or removed, so
     every run locks the same file whatever happens to the store itself."""
-    path = pathlib.Path(path)
+    path = pathlib.Path(path).absolute()  # "." or "" names the folder it is in: its name, not none
+    if not path.name:  # the root folder: no cube, and no folder beside it
+        raise StoreError(f"{path}: not a rollsweep cube")
     return path.with_name(path.name + ".lock")
 
 
