@@ -193,7 +193,8 @@ def test_simultaneous_runs_in_processes_one_owns_the_store(small_sweep, tmp_path
 
 
 def test_the_lock_is_beside_the_store_and_released_after_a_run(small_sweep):
-    """Ownership lives in NAME.zarr.lock, never inside the store; after a run
+    """Ownership lives in NAME.zarr.lock, never inside the store, and only while
+    a run holds it: nothing is left beside a finished cube, and after a run
     another thread (or process) may use the store again."""
     import threading
 
@@ -201,17 +202,49 @@ def test_the_lock_is_beside_the_store_and_released_after_a_run(small_sweep):
 
     sweep = load_sweep(small_sweep())
     run(sweep, progress=False)
-    assert lock_path(sweep.out) == sweep.out.with_name("cube.zarr.lock") and lock_path(sweep.out).exists()
+    assert lock_path(sweep.out) == sweep.out.with_name("cube.zarr.lock") and not lock_path(sweep.out).exists()
     got = []
 
     def other():
         with locked(sweep.out):
+            assert lock_path(sweep.out).exists()
             got.append(run(sweep, progress=False).state)
 
     t = threading.Thread(target=other)
     t.start()
     t.join()
     assert got == ["complete"]
+
+
+def test_a_run_that_opened_the_lock_as_its_owner_let_go_locks_the_one_there_now(tmp_path, monkeypatch):
+    """The owner removes its lock file as it lets go: a run that had opened it
+    just before then would hold a file no longer beside the store, beside a
+    third run holding a new one. It finds it gone and locks the one there now."""
+    import os
+
+    from engine.cube import lock
+
+    store = tmp_path / "cube.zarr"
+    lock.acquire(store)
+    stale = os.open(lock.lock_path(store), os.O_RDWR)  # opened, not yet locked, by another run
+    lock.release(store)
+    real_open, opened = os.open, []
+
+    def stale_first(path, *args):
+        if not opened:
+            opened.append(path)
+            return stale
+        return real_open(path, *args)
+
+    monkeypatch.setattr(os, "open", stale_first)
+    lock.acquire(store)
+    monkeypatch.undo()
+    try:
+        held = lock._HELD[lock._held_key(store)][0]
+        assert opened and os.stat(lock.lock_path(store)).st_ino == os.fstat(held).st_ino
+    finally:
+        lock.release(store)
+    assert not lock.lock_path(store).exists()
 
 
 def test_a_store_held_by_another_run_is_not_replaced(small_sweep):

@@ -3,7 +3,8 @@
 A `rollsweep run` holds an flock on the lock file for as long as it runs and
 writes its name ("pid N on HOST") into it: a second run on the same store, from
 any process, is refused naming the owner, and `status`/`verify` of a cube being
-written say who writes it (`writer`).
+written say who writes it (`writer`). The run removes it as it ends; one
+killed leaves it, and the next run takes it over.
 """
 
 import contextlib
@@ -29,8 +30,8 @@ def _owner_text(fd) -> str:
 
 
 def lock_path(path) -> pathlib.Path:
-    """The lock file beside a store (`NAME.zarr.lock`): never moved or removed, so
-    every run locks the same file whatever happens to the store itself."""
+    """The lock file beside a store (`NAME.zarr.lock`), there while a run holds
+    the store, outside it so that a store replaced or removed keeps its lock."""
     path = pathlib.Path(path).absolute()  # "." or "" names the folder it is in: its name, not none
     if not path.name:  # the root folder: no cube, and no folder beside it
         raise StoreError(f"{path}: not a rollsweep cube")
@@ -62,17 +63,36 @@ def acquire(path, handover: bool = False) -> bool:
                 held[1] += 0 if held[2] else 1
                 held[2] = False
             return False
-        fd = os.open(lock_path(key[0]), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _locked_file(path, lock_path(key[0]))
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, _owner_name().encode(), 0)
+        _HELD[key] = [fd, 1, handover]
+        return True
+
+
+def _locked_file(path, lock: pathlib.Path) -> int:
+    """The lock file `lock`, opened (or made) and flocked, or StoreError naming
+    its owner. Its owner removes it as it lets go (release): a run that opened
+    it just before then holds a file no longer at `lock`, and tries again on
+    the one there now (or none), so two runs never hold two files of one name."""
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
             raise StoreError(f"{path}: in use by another rollsweep run ({holder}); wait for it or stop it") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, _owner_name().encode(), 0)
-        _HELD[key] = [fd, 1, handover]
-        return True
+        if _still_at(fd, lock):
+            return fd
+        os.close(fd)
+
+
+def _still_at(fd: int, lock: pathlib.Path) -> bool:
+    try:
+        return os.stat(lock).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def _holder(fd) -> str:
@@ -92,6 +112,10 @@ def release(path) -> None:
         held[1] -= 1
         if held[1] == 0:
             del _HELD[key]
+            # Removed while still held (nothing is left beside a finished cube), then
+            # let go: a run that opened it meanwhile finds it gone (_locked_file).
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lock_path(key[0]))
             os.close(held[0])  # closing releases the lock
 
 
@@ -109,8 +133,7 @@ def locked(path):
 def writer(path) -> str | None:
     """"pid N on HOST" of the run holding the store, or None where none does.
 
-    The lock file keeps its last owner's name after that run ends, so the lock
-    itself is asked: a run holds it for as long as it runs. An owner on this host
+    A killed run's lock file is left with its name, so the lock itself is asked: a run holds it for as long as it runs. An owner on this host
     whose process is gone is known to be over without asking."""
     try:
         fd = os.open(lock_path(path), os.O_RDONLY)
