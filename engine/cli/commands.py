@@ -15,6 +15,60 @@ from engine.errors import ConfigError, StoreError
 EXIT_BAD_INPUT = 2
 EXIT_PARTIAL = 3  # verify: what is done is sound, but not every shard is
 
+# The ranges of the numeric flags. The sweep layer's limits (engine.sweep.config
+# MAX_WORKERS, MAX_SHARDS, MAX_POINTS) are repeated, not imported: that module
+# imports numpy and the studies' interface, which parsing a command line (and
+# `--help`) does not pay for. tests/test_cli_ranges.py checks that they agree.
+MAX_WORKERS = 1024  # --workers, and --cores: a job's threads, as a run's workers
+MAX_SHARDS = 1_000_000  # --tasks: a task has a shard at least; --task: its index
+MAX_POINTS = 10_000_000_000  # --index: below the grid's points (checked with the sweep)
+MAX_GPUS = 64  # --gpus: no node has as many; a mistyped count is refused before SLURM queues it
+# --connect-timeout, --lost-after: a week; a longer wait is a slip (minutes or
+# milliseconds given as seconds), not a choice.
+MAX_WAIT_S = 7 * 24 * 3600
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line (`rollsweep run: error:
+    argument --workers: must be ...`, exit 2), without the usage argparse puts
+    above them: bad input gets one clear line, as a bad sweep file does, and
+    `--help` shows the usage."""
+
+    def error(self, message):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def _integer(low: int, high: int):
+    """An argparse type: an integer from `low` to `high`, refused otherwise with
+    a line that says what is accepted."""
+
+    def integer(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be an integer from {low:,} to {high:,}, got {text!r}")
+        return value
+
+    return integer
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a wait in seconds, above 0 and at most MAX_WAIT_S
+    (0 would mean "the default" to the runner, a negative one "at once")."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 < value <= MAX_WAIT_S:  # NaN is refused too
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0 and at most {MAX_WAIT_S:,}, "
+                                         f"got {text!r}")
+    return value
+
+
+_workers = _integer(1, MAX_WORKERS)
+
 
 def _studies(args):
     from engine.study.interface import available_studies, load_study
@@ -228,15 +282,15 @@ def _slurm_options(p, tasks_help):
     g = p.add_argument_group("SLURM (override the sweep's [slurm] table and ~/.config/rollsweep/slurm.toml)")
     g.add_argument("--partition")
     g.add_argument("--account")
-    g.add_argument("--cores", type=int, help="CPUs per job")
+    g.add_argument("--cores", type=_integer(1, MAX_WORKERS), help=f"CPUs per job (1 to {MAX_WORKERS:,})")
     g.add_argument("--memory", help="memory per job, e.g. 4G")
     g.add_argument("--walltime", help="e.g. 01:00:00")
-    g.add_argument("--gpus", type=int, help="GPUs per job (one worker per GPU)")
-    g.add_argument("--tasks", type=int, help=tasks_help)
+    g.add_argument("--gpus", type=_integer(0, MAX_GPUS), help=f"GPUs per job (one worker per GPU; 0 to {MAX_GPUS})")
+    g.add_argument("--tasks", type=_integer(1, MAX_SHARDS), help=f"{tasks_help}; 1 to {MAX_SHARDS:,}")
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="rollsweep", description=__doc__)
+    top = _Parser(prog="rollsweep", description=__doc__)
     top.set_defaults(backend=False)  # True: a command that asks for JAX's devices (_import_command)
     sub = top.add_subparsers(dest="command", required=True)
 
@@ -247,7 +301,8 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check a sweep file and estimate its cost; writes nothing")
     p.add_argument("config")
     p.add_argument("--out", help="override [run] out")
-    p.add_argument("--workers", type=int)
+    p.add_argument("--workers", type=_workers,
+                   help=f"the workers the memory estimate assumes, as run's --workers (1 to {MAX_WORKERS:,})")
     p.set_defaults(fn=_validate, module="engine.runner.cost", backend=True)
 
     p = sub.add_parser("run", help="run (or resume) a sweep")
@@ -255,15 +310,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="override [run] out")
     p.add_argument(
         "--workers",
-        type=int,
+        type=_workers,
         help="local: worker processes (default: one per device, a task per core on threads); inline: threads "
-             "(default: two per core or per GPU, spread over the devices)",
+             f"(default: two per core or per GPU, spread over the devices); 1 to {MAX_WORKERS:,}",
     )
     p.add_argument("--scheduler", help="address of an existing dask scheduler, e.g. tcp://host:8786")
-    p.add_argument("--connect-timeout", type=float, metavar="S",
-                   help="--scheduler: seconds to reach it before giving up, writing nothing (default 2)")
-    p.add_argument("--lost-after", type=float, metavar="S",
-                   help="--scheduler: stop, keeping what is done, after S seconds without a worker (default 30)")
+    p.add_argument("--connect-timeout", type=_seconds, metavar="S",
+                   help="--scheduler: seconds to reach it before giving up, writing nothing (default 2; above 0, "
+                        "at most a week)")
+    p.add_argument("--lost-after", type=_seconds, metavar="S",
+                   help="--scheduler: stop, keeping what is done, after S seconds without a worker (default 30; "
+                        "above 0, at most a week)")
     p.add_argument("--executor", choices=["local", "inline", "slurm"], help="override [run] executor")
     p.add_argument("--overwrite", action="store_true", help="replace a cube written by another config")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -282,14 +339,16 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("work", help="(run by a SLURM array task) compute one task's share of the shards")
     p.add_argument("store")
-    p.add_argument("--task", type=int, required=True)
+    p.add_argument("--task", type=_integer(0, MAX_SHARDS - 1), required=True,
+                   help=f"this array task's index in the share (0 to {MAX_SHARDS - 1:,})")
     p.add_argument("--share", required=True)
     p.set_defaults(fn=_work, module="engine.runner.submit", backend=True)
 
     p = sub.add_parser("point", help="solve one point of a sweep eagerly (no compiling) to debug a study")
     p.add_argument("config")
     p.add_argument("--at", nargs="+", metavar="NAME=VALUE", help="the point's axis (or other parameter) values")
-    p.add_argument("--index", type=int, metavar="N", help="the grid's N-th point (C order of the axes)")
+    p.add_argument("--index", type=_integer(0, MAX_POINTS - 1), metavar="N",
+                   help="the grid's N-th point (C order of the axes; from 0)")
     p.set_defaults(fn=_point, module="engine.runner.point", backend=True)
 
     p = sub.add_parser("status", help="progress of a cube (being) written")
@@ -308,7 +367,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="run small versions of every study's main figures")
     p.add_argument("--out", default="demo", help="folder for cubes and figures (default: demo)")
-    p.add_argument("--workers", type=int)
+    p.add_argument("--workers", type=_workers, help=f"as run's (1 to {MAX_WORKERS:,})")
     p.add_argument("--executor", choices=["local", "inline"])
     p.set_defaults(fn=_demo, module="engine.cli.demo", backend=True)
     return top

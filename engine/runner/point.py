@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from engine.errors import ConfigError
-from engine.sweep.config import Sweep, _Checker, plain
+from engine.sweep.config import Sweep, _Checker, check_constraints, plain
 
 WHERE = "<command line>"
 
@@ -28,7 +28,9 @@ class PointReport:
 
 def select_point(sweep: Sweep, at: list[str], index: int | None) -> dict:
     """The parameters of one point: the sweep's fixed values, the axis values at
-    grid `index` (C order of the axes), then the `--at name=value` pairs."""
+    grid `index` (C order of the axes), then the `--at name=value` pairs;
+    checked as a sweep's grid is: each value in its range, and the study's
+    constraints on them together."""
     params = dict(sweep.parameters)
     if index is not None:
         count = math.prod(sweep.shape)
@@ -38,6 +40,7 @@ def select_point(sweep: Sweep, at: list[str], index: int | None) -> dict:
             params[axis.name] = float(axis.values[i])
     known = sweep.study.parameters_by_name
     check = _Checker(WHERE)
+    keys = dict.fromkeys(sweep.axis_names, "--index")  # where each value not the sweep's came from
     for pair in at:
         name, sep, text = pair.partition("=")
         key = f"--at {name}"
@@ -51,10 +54,12 @@ def select_point(sweep: Sweep, at: list[str], index: int | None) -> dict:
         except ValueError:
             raise ConfigError(WHERE, key, f"must be a number, got {text!r}") from None
         params[name] = check.value_in_range(key, value, known[name])
+        keys[name] = key
     missing = [a for a in sweep.axis_names if a not in params]
     if missing:
         raise ConfigError(WHERE, "--at", f"no value for the axes {', '.join(missing)}: give name=value for each, "
                           "or --index N")
+    check_constraints(WHERE, sweep.study, params, keys=keys)
     return params
 
 

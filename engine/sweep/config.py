@@ -19,7 +19,7 @@ from engine.errors import ConfigError
 from engine.study.interface import Study, load_study
 from engine.sweep.layout import Layout, chunk_shape
 from engine.sweep.resources import checked as check_slurm_table
-from engine.sweep.settings import DTYPES, SOLVERS, SolverSettings, tolerance_floor
+from engine.sweep.settings import DTYPES, SOLVERS, SolverSettings, tolerance_ceiling, tolerance_floor
 
 TOP_LEVEL_KEYS = {"study", "outputs", "parameter_file", "parameters", "axes", "solver", "critical", "run", "slurm"}
 RUN_KEYS = {"shard_size", "batch_size", "batch_solver", "out", "executor", "workers"}
@@ -42,6 +42,13 @@ MAX_DEFAULT_SHARD = 1 << 20
 MAX_STEPS = 10_000_000
 MAX_SEGMENTS = 100_000
 MAX_WORKERS = 1024  # worker processes or threads of one run
+# Grid points a constraint is evaluated on at once (engine.study.Constraint): a
+# constrained grid of 10^10 points is checked 512 KiB columns at a time, never
+# in columns of 80 GB a parameter.
+CONSTRAINT_CHUNK = 1 << 16
+# What the loosest tolerance allows (engine.sweep.settings.tolerance_ceiling), as
+# a refusal says it.
+LOOSEST = {"rtol": "a step {:.0%} off", "atol": "an error of {:g} a step in states of order one"}
 # exponents of 10 that stay normal, finite float64 values
 LOG_EXPONENTS = (-307.0, 308.0)
 # Out paths that are virtual file systems: writing a store there fails or does harm.
@@ -211,12 +218,14 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
     axes = tuple(check.axis(name, spec, known) for name, spec in axes_doc.items())
     check.grid_size(axes)
     parameters = {n: float(overrides.get(n, p.default)) for n, p in known.items() if n not in axes_doc}
-    check.constraints(study, parameters, axes, overrides)
+    check_constraints(file, study, parameters, axes,
+                      {name: f"{source[name]}.{name}" for name in overrides})
     outputs = check.outputs(doc, study)
 
     solver_doc = check.table(doc, "solver")
     solver = _solver_settings(study, check.solver_values(solver_doc))
     _check_resolution(file, study, solver, solver_doc)
+    _check_horizon(file, solver)
     critical = check.critical(check.table(doc, "critical"), study, axes)
     if critical:
         _check_xtol(file, critical, solver.dtype, "xtol" in check.table(doc, "critical"))
@@ -259,6 +268,51 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
         slurm=check.table(doc, "slurm"),
         batch_solver=batch_solver,
     )
+
+
+def check_constraints(file, study, parameters: dict, axes=(), keys=None) -> None:
+    """Refuse the values where one of the study's constraints (conditions on
+    several parameters together) fails: on every combination of the swept `axes`
+    it involves, with the fixed `parameters` (a single point where `axes` is
+    empty). One line naming the key of a value involved (its axis, else the key
+    in `keys` that set it) and the first point that fails. The one check of a
+    sweep's grid and of `rollsweep point`'s point."""
+    swept = {axis.name: axis.values for axis in axes}
+    keys = keys or {}
+    for constraint in study.constraints:
+        failed = _first_failure(constraint, parameters, swept)
+        if failed is None:
+            continue
+        at = ", ".join(f"{name}={value:g}" for name, value in failed.items())
+        key = next((f"axes.{name}" for name in constraint.parameters if name in swept), None) or next(
+            (keys[name] for name in constraint.parameters if name in keys), "parameters")
+        raise ConfigError(file, key, f"{constraint.message} (at {at})")
+
+
+def _first_failure(constraint, parameters: dict, swept: dict) -> dict | None:
+    """The values of the first point (C order of the swept axes involved) where
+    `constraint` fails, or None: evaluated on CONSTRAINT_CHUNK points at a time."""
+    varying = [name for name in constraint.parameters if name in swept]
+    shape = tuple(len(swept[name]) for name in varying)
+    fixed = {name: parameters[name] for name in constraint.parameters if name not in swept}
+    count = math.prod(shape)
+    for first in range(0, count, CONSTRAINT_CHUNK):
+        points = np.arange(first, min(first + CONSTRAINT_CHUNK, count))
+        values = fixed | _grid_columns(swept, varying, shape, points)
+        holds = np.broadcast_to(np.asarray(constraint.holds(values)), points.shape)
+        if not holds.all():
+            i = int(np.argmin(holds))
+            return {name: np.ravel(values[name])[i if name in swept else 0] for name in constraint.parameters}
+    return None
+
+
+def _grid_columns(swept: dict, names: list, shape: tuple, points) -> dict:
+    """The values of the axes `names` at the grid's `points` (flat indices in
+    the C order of a grid of `shape`): a few rows of their mesh, never all of it."""
+    if not names:
+        return {}  # nothing swept: the one point of a grid of no axes
+    indices = np.unravel_index(points, shape)
+    return {name: swept[name][index] for name, index in zip(names, indices, strict=True)}
 
 
 def default_shard_size(study, shape: tuple[int, ...]) -> int:
@@ -308,11 +362,26 @@ def _check_resolution(file, study, settings: SolverSettings, written: dict) -> N
 
 
 def _check_xtol(file, critical: "Critical", dtype: str, written: bool) -> None:
+    """Refuse an xtol finer than `dtype` resolves on the bracket, or too wide for
+    the search to narrow the bracket (engine.sweep.settings.tolerance_ceiling)."""
     floor = tolerance_floor(dtype, "xtol", critical.bracket)
+    origin = "" if written else " (the default)"
     if critical.xtol < floor:
-        origin = "" if written else " (the default)"
         raise ConfigError(file, "critical.xtol", f"{plain(critical.xtol)}{origin} is below what {dtype} resolves on "
                           f"the bracket {list(critical.bracket)} (floor {floor:.3g}){_wider('xtol', floor, dtype)}")
+    ceiling = tolerance_ceiling("xtol", critical.bracket)
+    if critical.xtol > ceiling:
+        raise ConfigError(file, "critical.xtol", f"{plain(critical.xtol)}{origin} is above a quarter of the width of "
+                          f"the bracket {list(critical.bracket)}: the search would stop before it located the root; "
+                          f"set xtol <= {ceiling:.3g}")
+
+
+def _check_horizon(file, settings: SolverSettings) -> None:
+    """Refuse a t_max the sweep's dtype cannot hold (above 3.4e38 in float32)."""
+    largest = float(np.finfo(settings.dtype).max)
+    if settings.t_max > largest:
+        raise ConfigError(file, "solver.t_max", f"{plain(settings.t_max)} overflows {settings.dtype}: set t_max <= "
+                          f"{largest:.3g}")
 
 
 def _origin(key: str, written: dict, study) -> str:
@@ -466,25 +535,6 @@ class _Checker:
                 self.fail(f"outputs[{i}]", f"{name!r} is not an output of {study.name!r} ({', '.join(names)})")
         return tuple(n for n in names if n in chosen)  # the study's order
 
-    def constraints(self, study, parameters, axes, overrides):
-        """Check each multi-parameter constraint on every combination it sees."""
-        swept = {a.name: a.values for a in axes}
-        for constraint in study.constraints:
-            involved = constraint.parameters
-            varying = [n for n in involved if n in swept]
-            mesh = np.meshgrid(*(swept[n] for n in varying), indexing="ij") if varying else []
-            values = {n: parameters[n] for n in involved if n not in swept}
-            values |= {n: m.ravel() for n, m in zip(varying, mesh, strict=True)}
-            ok = np.broadcast_to(np.asarray(constraint.holds(values)), (mesh[0].size if mesh else 1,))
-            if ok.all():
-                continue
-            i = int(np.argmin(ok))
-            at = ", ".join(f"{n}={np.ravel(values[n])[i if n in swept else 0]:g}" for n in involved)
-            key = next((f"axes.{n}" for n in varying), None) or next(
-                (f"parameters.{n}" for n in involved if n in overrides), "parameters"
-            )
-            self.fail(key, f"{constraint.message} (at {at})")
-
     def solver_values(self, doc, table="solver") -> dict:
         """A `[solver]` table's values, checked (keys, names, bounds)."""
         fields = {f.name: f for f in dataclasses.fields(SolverSettings)}
@@ -506,6 +556,9 @@ class _Checker:
                 value = self.number(full, value)
                 if value <= 0:
                     self.fail(full, f"must be positive, got {value!r}")
+                if key in LOOSEST and value > (ceiling := tolerance_ceiling(key)):
+                    self.fail(full, f"{plain(value)} is above {ceiling:g}, the loosest {key} accepted "
+                              f"({LOOSEST[key].format(ceiling)}); set {key} <= {ceiling:g}")
             kwargs[key] = value
         return kwargs
 
@@ -538,6 +591,9 @@ class _Checker:
                               f"{parameter.domain}{parameter.unit_suffix}")
         else:
             lo, hi = float(axis.values.min()), float(axis.values.max())
+            if lo == hi:
+                self.fail("critical.bracket", f"none given, and the axis {axis_name!r} has a single value: give "
+                          "bracket = [lower, upper]")
         target = self.number("critical.target", doc.get("target", 0.0))
         xtol = self.number("critical.xtol", doc.get("xtol", 1e-12))
         if xtol <= 0:

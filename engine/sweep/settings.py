@@ -43,6 +43,34 @@ def tolerance_floor(dtype: str, key: str, bracket=(1.0,)) -> float:
     return XTOL_FLOOR * float(info.eps) * max(abs(float(b)) for b in bracket)
 
 
+# The loosest tolerances that still mean something (a sweep's are refused above
+# them). The step-size controller accepts a step whose error estimate is within
+# atol + rtol |y|: at rtol 0.1 a step may be 10% off, the loosest a stored
+# result can be; beyond it the controller accepts steps of any size and every
+# point "succeeds" with values of no accuracy (rtol = atol = 1e10 did). atol is
+# absolute, in the units of the study's states, which are of order one here
+# (metres, seconds, radians, dimensionless): at 1 the error of such a state is
+# not controlled at all. A study with large states is controlled by rtol.
+RTOL_CEILING = 0.1
+ATOL_CEILING = 1.0
+# A critical value's search stops once its bracket is narrower than xtol: at an
+# xtol as wide as the bracket it stops before its first step, and an end of the
+# bracket is its "root" (xtol = 10 on [0, 3]: 0.0, reported a success). At
+# most a quarter of the bracket's width, the search narrows the bracket to a
+# quarter of itself or less, two bisections' worth, before it may stop.
+XTOL_SHARE = 4
+
+
+def tolerance_ceiling(key: str, bracket=(0.0, 1.0)) -> float:
+    """The largest `key` ("rtol", "atol" or "xtol", the last on `bracket`) that
+    still means something (see above)."""
+    if key == "rtol":
+        return RTOL_CEILING
+    if key == "atol":
+        return ATOL_CEILING
+    return (bracket[1] - bracket[0]) / XTOL_SHARE
+
+
 @dataclasses.dataclass(frozen=True)
 class SolverSettings:
     """Integration settings shared by every point of a sweep.
