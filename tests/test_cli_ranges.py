@@ -88,11 +88,19 @@ def test_any_bad_command_line_is_one_line(capsys):
     assert capsys.readouterr().err == "rollsweep work: error: the following arguments are required: --task, --share\n"
 
 
-def test_the_command_lines_limits_are_the_sweep_layers():
-    """Repeated in engine.cli.commands (which does not import the sweep layer
-    to read a command line), they must agree."""
-    from engine.sweep import config
+@pytest.mark.parametrize("key, flag, low, high", [("cores", "--cores", 1, 1024), ("gpus", "--gpus", 0, 64),
+                                                   ("tasks", "--tasks", 1, 1_000_000)])
+def test_a_slurm_tables_counts_have_the_flags_ranges(key, flag, low, high, tmp_path, capsys):
+    """The [slurm] table and the command line take the same counts (engine.limits):
+    each end accepted, one past it refused, in the file and as the flag."""
+    from engine.errors import ConfigError
+    from engine.sweep.resources import checked
 
-    assert commands.MAX_WORKERS == config.MAX_WORKERS
-    assert commands.MAX_SHARDS == config.MAX_SHARDS
-    assert commands.MAX_POINTS == config.MAX_POINTS
+    for good in (low, high):
+        assert checked({key: good}, "s.toml")[key] == good
+    for bad in (low - 1, high + 1):
+        with pytest.raises(ConfigError, match=rf"slurm\.{key}: must be an integer from {low} to {high:,}"):
+            checked({key: bad}, "s.toml")
+        with pytest.raises(SystemExit):
+            main(["submit", "x.toml", flag, str(bad)])
+        assert f"argument {flag}: must be an integer from {low} to {high:,}" in capsys.readouterr().err

@@ -86,7 +86,7 @@ CASES = [
     ("run.workers huge", "run", '[run]\nworkers = 100000\nout = "OUT"', "run.workers",
      "must be an integer from 1 to 1024"),
     ("unknown slurm key", "critical", '[slurm]\npartitoin = "gpu"', "slurm.partitoin", "unknown key"),
-    ("bad slurm value", "critical", "[slurm]\ncores = -4", "slurm.cores", "positive integer"),
+    ("bad slurm value", "critical", "[slurm]\ncores = -4", "slurm.cores", "an integer from 1 to 1,024"),
     # Tolerances too loose to mean anything, and the other [solver] numbers' ranges.
     ("rtol too loose", "solver", "[solver]\nrtol = 1e10", "solver.rtol",
      "10000000000.0 is above 0.1, the loosest rtol accepted (a step 10% off); set rtol <= 0.1"),

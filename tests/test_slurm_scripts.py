@@ -63,7 +63,7 @@ def test_settings_resolve_keyword_then_sweep_then_user_file(tmp_path):
 
 @pytest.mark.parametrize("table, key, reason", [
     ({"queue": "x"}, "slurm.queue", "unknown key"),
-    ({"cores": 0}, "slurm.cores", "positive integer"),
+    ({"cores": 0}, "slurm.cores", "an integer from 1 to 1,024"),
     ({"extra_directives": "--qos=low"}, "slurm.extra_directives", "list of strings"),
     ({"memory": 4}, "slurm.memory", "must be a string"),
     ({"memory": "lots"}, "slurm.memory", "not a SLURM memory size"),

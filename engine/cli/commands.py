@@ -11,18 +11,13 @@ from engine._imports import import_paused
 from engine._jax_setup import DeviceError, backend_started, start_backend
 from engine.cli import stops
 from engine.errors import ConfigError, StoreError
+from engine.limits import MAX_GPUS, MAX_POINTS, MAX_SHARDS, MAX_WORKERS
 
 EXIT_BAD_INPUT = 2
 EXIT_PARTIAL = 3  # verify: what is done is sound, but not every shard is
 
-# The ranges of the numeric flags. The sweep layer's limits (engine.sweep.config
-# MAX_WORKERS, MAX_SHARDS, MAX_POINTS) are repeated, not imported: that module
-# imports numpy and the studies' interface, which parsing a command line (and
-# `--help`) does not pay for. tests/test_cli_ranges.py checks that they agree.
-MAX_WORKERS = 1024  # --workers, and --cores: a job's threads, as a run's workers
-MAX_SHARDS = 1_000_000  # --tasks: a task has a shard at least; --task: its index
-MAX_POINTS = 10_000_000_000  # --index: below the grid's points (checked with the sweep)
-MAX_GPUS = 64  # --gpus: no node has as many; a mistyped count is refused before SLURM queues it
+# The ranges of the numeric flags: the sweep layer's (engine.limits). --index
+# is below the grid's points (checked with the sweep); --task an index into a share.
 # --connect-timeout, --lost-after: a week; a longer wait is a slip (minutes or
 # milliseconds given as seconds), not a choice.
 MAX_WAIT_S = 7 * 24 * 3600

@@ -16,6 +16,7 @@ import tomllib
 import numpy as np
 
 from engine.errors import ConfigError
+from engine.limits import MAX_POINTS, MAX_SHARDS, MAX_WORKERS
 from engine.study.interface import Study, load_study
 from engine.sweep.layout import Layout, chunk_shape
 from engine.sweep.resources import checked as check_slurm_table
@@ -26,11 +27,6 @@ RUN_KEYS = {"shard_size", "batch_size", "batch_solver", "out", "executor", "work
 EXECUTORS = ("local", "inline", "slurm")
 CRITICAL_KEYS = {"output", "axis", "bracket", "target", "xtol"}
 MAX_AXIS_LENGTH = 10_000_000  # an axis is held in memory when the sweep is read
-# The whole grid: every shard is a scheduler task and a chunk file per array, and
-# the list of pending shards is held in memory, so their count is bounded; the
-# points bound keeps one output array within what a disk holds (8e10 bytes).
-MAX_POINTS = 10_000_000_000
-MAX_SHARDS = 1_000_000
 # Points per shard at least, when neither the sweep nor the study says.
 SHARD_SIZE = 4096
 # A sweep that sets no shard_size is cut into about this many shards, each at
@@ -41,7 +37,6 @@ MAX_DEFAULT_SHARD = 1 << 20
 # needs more than this many steps per segment is better given looser tolerances.
 MAX_STEPS = 10_000_000
 MAX_SEGMENTS = 100_000
-MAX_WORKERS = 1024  # worker processes or threads of one run
 # Grid points a constraint is evaluated on at once (engine.study.Constraint): a
 # constrained grid of 10^10 points is checked 512 KiB columns at a time, never
 # in columns of 80 GB a parameter.

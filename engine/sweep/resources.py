@@ -19,6 +19,7 @@ import unicodedata
 
 from engine._jax_setup import REQUIRE_GPU
 from engine.errors import ConfigError
+from engine.limits import MAX_GPUS, MAX_SHARDS, MAX_WORKERS
 
 USER_FILE_SHOWN = "~/.config/rollsweep/slurm.toml"  # where a message sends what a sweep file may not carry
 PYTHON_ORIGIN = "Resources(...)"  # the origin named for a value made in Python
@@ -109,11 +110,14 @@ def unprintable(text: str) -> bool:
 
 # --- numbers ---------------------------------------------------------------
 
+# The ranges the command line's --cores, --gpus and --tasks have (engine.limits).
+_COUNT_RANGES = {"cores": (1, MAX_WORKERS), "gpus": (0, MAX_GPUS), "tasks": (1, MAX_SHARDS)}
+
+
 def _count(key, value, layer):
-    least = 0 if key == "gpus" else 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        wanted = "0 or a positive integer" if least == 0 else "a positive integer"
-        layer.refuse(key, f"must be {wanted}, got {shown(value)}")
+    least, most = _COUNT_RANGES[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        layer.refuse(key, f"must be an integer from {least} to {most:,}, got {shown(value)}")
     return value
 
 
