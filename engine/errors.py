@@ -16,3 +16,8 @@ class ConfigError(ValueError):
 
 class StoreError(RuntimeError):
     """A store cannot be used for this run (another config, not a cube, in use, ...)."""
+
+
+class SchedulerError(RuntimeError):
+    """The batch scheduler (SLURM) refused or could not be reached: nothing was
+    submitted. One line, the scheduler's own words in it."""

@@ -167,3 +167,16 @@ def small_sweep(tmp_path):
             out = "{tmp_path / 'cube.zarr'}"
             """)
     return make
+
+
+@pytest.fixture
+def sbatch_accepting(tmp_path, monkeypatch):
+    """An sbatch on PATH that takes every job (`--test-only`: the check a
+    SLURM cluster makes before its worker jobs are submitted), for tests that
+    make job scripts where no SLURM is installed."""
+    folder = tmp_path / "sbatch-bin"
+    folder.mkdir()
+    script = folder / "sbatch"
+    script.write_text("#!/bin/sh\necho 'sbatch: Job 1 to start at now' >&2\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")

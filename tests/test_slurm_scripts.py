@@ -138,7 +138,7 @@ def test_rendered_scripts_follow_sbatch_rules(name, resources, script):
     assert ("ROLLSWEEP_REQUIRE_GPU=1" in script) == bool(resources.gpus and solves)
 
 
-def test_jobqueue_worker_jobs_ask_gpus_portably():
+def test_jobqueue_worker_jobs_ask_gpus_portably(sbatch_accepting):
     pytest.importorskip("dask_jobqueue")
     from engine.runner.slurm import jobqueue_cluster
 

@@ -284,7 +284,7 @@ def test_a_store_path_with_a_space_is_quoted_in_shell_and_refused_on_sbatch_line
         array_script(Resources(python=PYTHON), store, SHARE, JOB, 8, store / "_rollsweep" / "slurm")
 
 
-def test_jobqueue_worker_jobs_ask_memory_as_slurm_reads_it():
+def test_jobqueue_worker_jobs_ask_memory_as_slurm_reads_it(sbatch_accepting):
     pytest.importorskip("dask_jobqueue")
     resources = Resources(memory="4096", python="/opt/my env/python", walltime="1-00:00", partition="gpu")
     with jobqueue_cluster(resources, "/tmp") as cluster:

@@ -10,7 +10,7 @@ import threading
 from engine._imports import import_paused
 from engine._jax_setup import DeviceError, backend_started, start_backend
 from engine.cli import stops
-from engine.errors import ConfigError, StoreError
+from engine.errors import ConfigError, SchedulerError, StoreError
 from engine.limits import MAX_GPUS, MAX_POINTS, MAX_SHARDS, MAX_WORKERS
 
 EXIT_BAD_INPUT = 2
@@ -214,10 +214,10 @@ def _submit(args):
 
     sweep = load_sweep(args.config, out=args.out)
     result = submit(sweep, _slurm_keywords(args), dry_run=args.dry_run)
-    if args.dry_run:
-        print(result.script, end="")
-    elif result.array_job is None:
+    if not result.shards:
         print(f"{sweep.out}: complete, nothing to submit")
+    elif args.dry_run:
+        print(result.script, end="")
     else:
         print(f"submitted job array {result.array_job} ({result.tasks} tasks, {result.shards} shards) and check "
               f"job {result.check_job}; follow with: rollsweep status {sweep.out}")
@@ -489,7 +489,7 @@ def _main(argv, freeze: bool = False) -> int:
         if isinstance(err, (ConfigError, StoreError)):
             print(f"rollsweep: error: {err}", file=sys.stderr)
             return EXIT_BAD_INPUT
-        if isinstance(err, DeviceError):  # nothing solved: the machine's devices, not the sweep
+        if isinstance(err, (DeviceError, SchedulerError)):  # the machine's devices or scheduler, not the sweep
             print(f"rollsweep: error: {err}", file=sys.stderr)
             return 1
         if isinstance(err, BrokenPipeError):  # output piped into `head` and the like

@@ -13,12 +13,13 @@ import os
 import pathlib
 import re
 import shlex
+import shutil
 import string
 import subprocess
 import time
 import tomllib
 
-from engine.errors import ConfigError
+from engine.errors import ConfigError, SchedulerError
 from engine.sweep.resources import FIELDS, Resources, checked, memory_bytes, shown, unprintable
 
 _CHECKOUT = pathlib.Path(__file__).resolve().parents[2]  # engine/runner/slurm.py -> the checkout
@@ -134,12 +135,17 @@ def check_script(resources: Resources, store, job_name: str, array_job: str, log
     return render("check.sbatch", resources, job_name=job_name, array_job=array_job, store=store, log_dir=log_dir)
 
 
-def sbatch(script: str, cwd) -> str:
-    """Submit a script text; returns the job id."""
-    out = subprocess.run(["sbatch", "--parsable"], input=script, text=True, capture_output=True, cwd=cwd)
+def sbatch(script: str, cwd, *options: str) -> str:
+    """Submit a script text; returns the job id (with `--test-only`, what sbatch
+    said: the script checked against the cluster, nothing queued)."""
+    if shutil.which("sbatch") is None:
+        raise SchedulerError("sbatch not found: SLURM's commands are not on this machine's PATH; "
+                             "`rollsweep submit --dry-run` prints the job script")
+    out = subprocess.run(["sbatch", "--parsable", *options], input=script, text=True, capture_output=True, cwd=cwd)
     if out.returncode != 0:
-        raise RuntimeError(f"sbatch failed: {out.stderr.strip()}")
-    return out.stdout.strip().split(";")[0]
+        said = " ".join(out.stderr.split()) or f"exit code {out.returncode}"  # its lines as one
+        raise SchedulerError(f"sbatch refused the job: {said}")
+    return (out.stdout or out.stderr).strip().split(";")[0]
 
 
 def write_share(folder: pathlib.Path, pending, tasks: int) -> pathlib.Path:
@@ -153,7 +159,16 @@ def write_share(folder: pathlib.Path, pending, tasks: int) -> pathlib.Path:
 
 
 def read_share(path, task: int) -> list[tuple[str, int]]:
-    return [(kind, shard) for kind, shard in json.loads(pathlib.Path(path).read_text())[task]]
+    """Task `task`'s shards of the share file `path`."""
+    try:
+        shares = json.loads(pathlib.Path(path).read_text())
+    except OSError as err:
+        raise ConfigError("<command line>", "--share", f"cannot read {path}: {err.strerror}") from None
+    except ValueError:
+        raise ConfigError("<command line>", "--share", f"{path} is not a share file written by rollsweep submit") from None
+    if not 0 <= task < len(shares):
+        raise ConfigError("<command line>", "--task", f"{task} is not a task of {path} (0 to {len(shares) - 1})")
+    return [(kind, shard) for kind, shard in shares[task]]
 
 
 def jobqueue_cluster(resources: Resources, log_dir):
@@ -165,7 +180,7 @@ def jobqueue_cluster(resources: Resources, log_dir):
     from dask_jobqueue import SLURMCluster
 
     _check_sbatch_word("<dask-jobqueue worker job>", "log_dir", str(log_dir))
-    return SLURMCluster(
+    cluster = SLURMCluster(
         queue=resources.partition,
         account=resources.account,
         cores=resources.cores,
@@ -183,3 +198,11 @@ def jobqueue_cluster(resources: Resources, log_dir):
         worker_extra_args=["--nthreads", "1"],
         log_directory=str(log_dir),
     )
+    # A worker job the cluster would refuse (or no controller answering) is one
+    # line here: dask-jobqueue would retry its submission forever, a traceback each.
+    try:
+        sbatch(cluster.job_script(), os.getcwd(), "--test-only")
+    except SchedulerError:
+        cluster.close()
+        raise
+    return cluster

@@ -37,11 +37,16 @@ def submit(sweep: Sweep, keywords: dict, dry_run: bool = False) -> Submission:
     cube = Cube(path, sweep)
     folder = cube.markers.slurm_folder
     name = f"rollsweep-{sweep.study.name}-{sweep.config_hash[:8]}"
-    if dry_run:  # nothing written: the script as it would be for a fresh cube
-        pending = pending_shards(cube)
-        tasks = max(1, min(resources.tasks, len(pending)))
-        script = array_script(resources, path, folder / "share-<time>.json", name, tasks, folder)
-        return Submission(script, tasks=tasks, shards=len(pending))
+    pending = pending_shards(cube)
+    if not pending:  # a complete cube: nothing to submit, with --dry-run too
+        return Submission("", shards=0)
+    tasks = min(resources.tasks, len(pending))
+    if dry_run:  # nothing written: the script as it would be for the cube as it is
+        return Submission(array_script(resources, path, folder / "share-<time>.json", name, tasks, folder),
+                          tasks=tasks, shards=len(pending))
+    # Asked of the cluster before anything is written: no controller, or a job it
+    # would refuse, is one line and leaves no store behind.
+    sbatch(array_script(resources, path, folder / "share.json", name, tasks, folder), os.getcwd(), "--test-only")
     with locked(path):  # the jobs write the store; this process only prepares it
         prepare(sweep, path, devices=devices_name())
     pending = pending_shards(cube)
@@ -52,8 +57,8 @@ def submit(sweep: Sweep, keywords: dict, dry_run: bool = False) -> Submission:
     write_sweep(share, sweep)
     script = array_script(resources, path, share, name, tasks, folder)
     share.with_suffix(".sbatch").write_text(script)
-    array_job = sbatch(script, cwd=os.getcwd())
-    check_job = sbatch(check_script(resources, path, name, array_job, folder), cwd=os.getcwd())
+    array_job = sbatch(script, os.getcwd())
+    check_job = sbatch(check_script(resources, path, name, array_job, folder), os.getcwd())
     return Submission(script, array_job, check_job, tasks, len(pending))
 
 
@@ -81,9 +86,9 @@ def work(store, task: int, share) -> int:
     is recorded as failed (with its error) and the others still run. A job that
     asked for a GPU and has none records its first shard as failed and stops."""
     configure()
+    mine = read_share(share, task)  # a missing share or a task past its end: one line (ConfigError)
     sweep = read_sweep(share)
     cube = Cube(store, sweep)
-    mine = read_share(share, task)
     done = {kind: cube.markers.done(kind) for kind in {kind for kind, _ in mine}}
     # Done already: a resubmission, or a task of an earlier submission.
     pending = [(kind, shard, cube.layout(kind).shard_points(shard)) for kind, shard in mine if shard not in done[kind]]
