@@ -6,7 +6,7 @@ import tomllib
 import numpy as np
 
 from engine.errors import StoreError
-from engine.study.interface import load_study
+from engine.study.interface import load_study, readable, with_unit
 
 # matplotlib and the store (zarr) are imported by plot_cube: the studies import
 # scale_axes at every run, and `validate`, which never draws nor opens a cube.
@@ -66,3 +66,24 @@ def scale_axes(ax, ds, x: str | None = None, y: str | None = None) -> None:
         ax.set_xscale("log")
     if y is not None and log_spaced(ds, y):
         ax.set_yscale("log")
+
+
+def axis_label(ds, name: str, declared=()) -> str:
+    """What an axis or colour bar showing `name` says: "label [unit]" (the label
+    alone for a dimensionless quantity). From the study's declaration among
+    `declared` (its Parameters and Outputs) where it has one, else from the
+    cube's `long_name` and `units`, else the name with spaces for underscores."""
+    for d in declared:
+        if d.name == name:
+            return d.axis_label
+    attrs = ds[name].attrs if ds is not None and name in ds.variables else {}
+    return with_unit(attrs.get("long_name") or readable(name), str(attrs.get("units", "")))
+
+
+def label_of(name: str, declared, fallback: str | None = None) -> str:
+    """The display label (no unit) of `name` among `declared`; `fallback` or
+    the readable name where none declares it."""
+    for d in declared:
+        if d.name == name:
+            return d.label
+    return fallback if fallback is not None else readable(name)

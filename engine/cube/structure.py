@@ -19,6 +19,7 @@ import zarr.codecs
 
 from engine.cube.markers import CRITICAL, GRID
 from engine.cube.provenance import provenance
+from engine.study.interface import dimensionless
 from engine.study.status import status_attrs
 from engine.sweep.config import Sweep
 from engine.sweep.layout import layouts
@@ -63,15 +64,14 @@ def structure(sweep: Sweep, devices: str) -> tuple[dict[str, Variable], dict]:
     for axis in sweep.axes:
         p = study.parameter(axis.name)
         values = np.asarray(axis.values)
-        arrays[axis.name] = Variable((axis.name,), values.shape, values.dtype.name,
-                                     {"units": p.unit, "long_name": p.description}, values=values)
+        arrays[axis.name] = Variable((axis.name,), values.shape, values.dtype.name, described(p), values=values)
     data = {}
     for o in (study.outputs_by_name[name] for name in sweep.outputs):
         extra = tuple(name for name, _ in o.dims)
         for dim, labels in o.labels.items():
             values = np.array(labels, dtype=object)  # zarr v3 "string" dtype
             arrays[dim] = Variable((dim,), values.shape, "str", {}, values=values)
-        attrs = {"units": o.unit, "long_name": o.description}
+        attrs = described(o)
         if o.optional:
             attrs["note"] = "NaN where absent (not a failure: see status)"
         data[o.name] = Variable(dims + extra, grid.shape + o.shape, sweep.solver.dtype, attrs,  # as solved
@@ -87,8 +87,10 @@ def structure(sweep: Sweep, devices: str) -> tuple[dict[str, Variable], dict]:
         c = sweep.critical
         other = tuple(n for n in dims if n != c.axis)
         p = study.parameter(c.axis)
-        attrs = {"units": p.unit, "long_name": f"{c.axis} where {c.output} = {c.target:g}",
-                 "bracket": list(c.bracket), "xtol": c.xtol}
+        found = study.outputs_by_name.get(c.output)
+        attrs = described(p, long_name=f"{p.label} where {found.label if found else c.output} = {c.target:g}",
+                          description=f"{c.axis} where {c.output} = {c.target:g}")
+        attrs |= {"bracket": list(c.bracket), "xtol": c.xtol}
         data[critical_name(sweep)] = Variable(other, critical.shape, sweep.solver.dtype, attrs,
                                               chunks=critical.chunks)
         data[f"{critical_name(sweep)}_status"] = Variable(other, critical.shape, "int8", status_attrs(),
@@ -98,6 +100,16 @@ def structure(sweep: Sweep, devices: str) -> tuple[dict[str, Variable], dict]:
     attrs.update(provenance(sweep, devices))
     attrs["store_format"] = STORE_FORMAT
     return arrays, {k: _attribute(v) for k, v in attrs.items()}
+
+
+def described(declared, **override) -> dict:
+    """A parameter's or output's attributes in xarray's conventions, which its
+    `.plot()` reads ("long_name [units]"): `long_name` its display label, `units`
+    its unit (none for a dimensionless quantity: no "[1]"), and its description."""
+    attrs = {"long_name": declared.label, "units": declared.unit, "description": declared.description} | override
+    if dimensionless(declared.unit):
+        del attrs["units"]
+    return attrs
 
 
 def _attribute(value):

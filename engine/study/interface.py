@@ -9,6 +9,7 @@ import functools
 import importlib.metadata
 import importlib.resources
 import math
+import re
 from collections.abc import Callable, Mapping
 
 import jax
@@ -44,14 +45,44 @@ class Interval:
         return f"{left}{self.lower:g}, {self.upper:g}{right}"
 
 
+def dimensionless(unit: str) -> bool:
+    """Whether `unit` says "no unit" ("1" or nothing)."""
+    return unit in ("", "1")
+
+
 def unit_suffix(unit: str) -> str:
     """" m/s" after a value; nothing for a dimensionless quantity (unit "1")."""
-    return "" if unit in ("", "1") else f" {unit}"
+    return "" if dimensionless(unit) else f" {unit}"
+
+
+def readable(name: str) -> str:
+    """A display label from an identifier: its underscores as spaces."""
+    return name.replace("_", " ").strip() or name
+
+
+def with_unit(label: str, unit: str) -> str:
+    """An axis label: "label [unit]" (powers raised: m/s$^{2}$), or the label
+    alone for a dimensionless quantity."""
+    if dimensionless(unit):
+        return label
+    return f"{label} [{_POWER.sub(_RAISED, unit)}]"
+
+
+_POWER, _RAISED = re.compile(r"\^(-?[0-9]+)"), r"$^{\1}$"
+
+
+def _default_label(declared) -> None:
+    # A frozen dataclass: the readable default is set once, where no label was given.
+    if not declared.label:
+        object.__setattr__(declared, "label", readable(declared.name))
 
 
 @dataclasses.dataclass(frozen=True)
 class Parameter:
-    """One scalar input of a study. `symbol` and `source` say where it comes from."""
+    """One scalar input of a study. `symbol` and `source` say where it comes from.
+
+    label: what figures print (matplotlib mathtext allowed, e.g.
+    r"rolling resistance $\\delta$"); by default the name, underscores as spaces."""
 
     name: str
     unit: str
@@ -60,8 +91,10 @@ class Parameter:
     description: str
     symbol: str = ""
     integer: bool = False  # only whole numbers (e.g. a model selector)
+    label: str = ""
 
     def __post_init__(self):
+        _default_label(self)
         if not self.admits(self.default):
             raise ValueError(f"default of {self.name!r} lies outside {self.allowed}")
 
@@ -74,6 +107,11 @@ class Parameter:
         traced values inside a compiled call the same way."""
         inside = self.allowed.holds(values)
         return inside & xp.isfinite(values) & (values == xp.round(values)) if self.integer else inside
+
+    @property
+    def axis_label(self) -> str:
+        """The label with its unit, as an axis or a colour bar shows it."""
+        return with_unit(self.label, self.unit)
 
     @property
     def domain(self) -> str:
@@ -93,6 +131,8 @@ class Output:
     ("mode", ("weave", "weave_conjugate", "capsize", "caster")).
     optional: NaN is a legitimate value meaning "absent" (e.g. no weave speed
     in the searched range), not a failure of the point.
+    label: what figures print (matplotlib mathtext allowed, e.g.
+    r"$\\max_i |f_i|$"); by default the name, underscores as spaces.
     """
 
     name: str
@@ -100,6 +140,15 @@ class Output:
     description: str
     dims: tuple[tuple[str, int | tuple[str, ...]], ...] = ()
     optional: bool = False
+    label: str = ""
+
+    def __post_init__(self):
+        _default_label(self)
+
+    @property
+    def axis_label(self) -> str:
+        """The label with its unit, as an axis or a colour bar shows it."""
+        return with_unit(self.label, self.unit)
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -6,7 +6,13 @@
 
 import numpy as np
 
-from engine.cube.plot import scale_axes
+from engine.cube.plot import axis_label, label_of, scale_axes
+
+
+def _declared():
+    from ._response import RESPONSE_OUTPUTS, RESPONSE_PARAMETERS
+    from ._study import OUTPUTS, PARAMETERS  # here: _study imports this module
+    return PARAMETERS + OUTPUTS + RESPONSE_PARAMETERS + RESPONSE_OUTPUTS
 
 _STYLE = {"weave": "C0", "weave_conjugate": "C0", "capsize": "C1", "caster": "C2"}
 
@@ -18,22 +24,23 @@ def _eigen_speed(ds):
     v = ds["v"].values
     for mode in ds["mode"].values:
         color = _STYLE.get(str(mode), None)
-        label = None if mode == "weave_conjugate" else f"{mode} (real)"
+        label = None if mode == "weave_conjugate" else rf"{mode} $\mathrm{{Re}}\,\lambda$"
         ax.plot(v, ds["eigenvalue_real"].sel(mode=mode).values, color=color, label=label)
     # The weave pair's imaginary part; the other modes stay real.
     ax.plot(v, np.abs(ds["eigenvalue_imag"].sel(mode="weave").values), color=_STYLE["weave"], ls="--",
-            label="weave (|imag|)")
-    for name, ls in (("double_root_speed", ":"), ("weave_speed", "-."), ("capsize_speed", "-.")):
+            label=r"weave $|\mathrm{Im}\,\lambda|$")
+    for name, ls, symbol in (("double_root_speed", ":", "v_d"), ("weave_speed", "-.", "v_w"),
+                             ("capsize_speed", "-.", "v_c")):
         speed = float(ds[name].values.ravel()[0])
         if np.isfinite(speed):
             ax.axvline(speed, color="0.4", ls=ls, lw=0.8)
-            ax.annotate(f"{name.split('_')[0]} {speed:.4f}", (speed, ax.get_ylim()[1]), rotation=90,
+            ax.annotate(f"${symbol} = {speed:.4f}$", (speed, ax.get_ylim()[1]), rotation=90,
                         va="top", ha="right", fontsize=7)
     ax.axhline(0, color="k", lw=0.6)
     ax.set_ylim(-10, 10)
     scale_axes(ax, ds, x="v")
-    ax.set_xlabel("forward speed v [m/s]")
-    ax.set_ylabel("eigenvalue [1/s]")
+    ax.set_xlabel(axis_label(ds, "v", _declared()))
+    ax.set_ylabel(r"eigenvalue $\lambda$ [1/s]")
     ax.set_title("Benchmark bicycle: eigenvalues against speed (Meijaard 2007, Fig. 3)", fontsize=10)
     ax.legend(fontsize=7, ncol=2)
     return fig
@@ -46,9 +53,10 @@ def _design_map(ds):
     if width.ndim > 2:  # reduce the further design axes: share of stable designs
         extra = width.dims[2:]
         data = (width > 0).mean(extra)
-        label = f"share of designs (over {', '.join(extra)}) with a stable speed range"
+        over = ", ".join(label_of(name, _declared()) for name in extra)
+        label = f"share of designs (over {over})\nwith a self-stable speed range"
     else:
-        data, label = width, "width of the self-stable speed range vc - vw [m/s]"
+        data, label = width, axis_label(ds, "stable_speed_width", _declared())
     fig, ax = plt.subplots(figsize=(6.5, 4.8), constrained_layout=True)
     mesh = ax.pcolormesh(ds[x].values, ds[y].values, data.transpose(y, x).values, shading="auto", cmap="viridis")
     fig.colorbar(mesh, ax=ax, label=label)
@@ -57,9 +65,9 @@ def _design_map(ds):
             cs = ax.contour(ds[x].values, ds[y].values, ds[name].transpose(y, x).values, colors=color, linewidths=0.7)
             ax.clabel(cs, fontsize=6)
     scale_axes(ax, ds, x=x, y=y)
-    ax.set_xlabel(f"{x} [{ds[x].attrs.get('units', '')}]")
-    ax.set_ylabel(f"{y} [{ds[y].attrs.get('units', '')}]")
-    ax.set_title("Self-stable speed range (white: weave speed, orange: capsize speed)", fontsize=9)
+    ax.set_xlabel(axis_label(ds, x, _declared()))
+    ax.set_ylabel(axis_label(ds, y, _declared()))
+    ax.set_title("Self-stable speed range (white: weave speed $v_w$, orange: capsize speed $v_c$)", fontsize=9)
     return fig
 
 
@@ -79,13 +87,13 @@ def response_figures(ds) -> dict:
         return {}
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 5.5), sharex=True, constrained_layout=True)
     v = ds["v"].values
-    top.plot(v, ds["weave_period_linear"].values, label="linear: 2 pi / Im(weave eigenvalue)")
-    top.plot(v, ds["weave_period"].values, "o", ms=3, label="time response: 2 x lean-extremum spacing")
+    top.plot(v, ds["weave_period_linear"].values, label=r"linear: $2\pi/|\mathrm{Im}\,\lambda_\mathrm{weave}|$")
+    top.plot(v, ds["weave_period"].values, "o", ms=3, label=r"time response: $2\times$ lean-extremum spacing")
     top.set_ylabel("weave period [s]")
     top.legend(fontsize=8)
-    top.set_title("Release at lean rate 0.5 rad/s (Meijaard et al. 2007, section 8)", fontsize=10)
+    top.set_title(r"Release at lean rate $\dot\phi_0 = 0.5$ rad/s (Meijaard et al. 2007, section 8)", fontsize=10)
     bottom.plot(v, ds["fall_time"].values, "o-", ms=3, color="C3")
-    bottom.set_ylabel("fall time [s] (none: did not fall)")
+    bottom.set_ylabel(axis_label(ds, "fall_time", _declared()) + "\n(none: did not fall)")
     scale_axes(bottom, ds, x="v")  # shared with the top plot
-    bottom.set_xlabel("forward speed v [m/s]")
+    bottom.set_xlabel(axis_label(ds, "v", _declared()))
     return {"response": fig}

@@ -7,6 +7,7 @@ field's usual symbols; defaults are the benchmark bicycle.
 
 import math
 import pathlib
+import re
 import tomllib
 
 import numpy as np
@@ -84,13 +85,31 @@ _SPEC = {
     "IFyy": ("kg m^2", _NONNEGATIVE, "front wheel polar inertia"),
 }
 
+
+def _label(name: str, text: str) -> str:
+    """A design parameter's display label in the paper's notation: "trail $c$",
+    "rear frame inertia $I_{\\mathrm{B}xx}$", "steer axis tilt $\\lambda$"."""
+    if name == "lam":
+        symbol = r"\lambda"
+    elif len(name) == 1:
+        symbol = name
+    elif name.startswith("I"):
+        symbol = rf"I_{{\mathrm{{{name[1]}}}{name[2:]}}}"
+    else:
+        symbol = rf"{name[0]}_\mathrm{{{name[1]}}}"
+    words = re.sub(r", (x|z|xx|yy|zz|xz)( \(down\))?$", "", text).replace("gravitational acceleration", "gravity")
+    return f"{words} ${symbol}$"
+
+
 PARAMETERS = tuple(
-    Parameter(name, unit, BENCHMARK[name], allowed, f"{text} (Meijaard et al. 2007, Table 1)", name)
+    Parameter(name, unit, BENCHMARK[name], allowed, f"{text} (Meijaard et al. 2007, Table 1)", name,
+              label=_label(name, text))
     for name, (unit, allowed, text) in _SPEC.items()
 ) + (
-    Parameter("v", "m/s", 5.0, Interval(-100.0, 100.0), "forward speed", "v"),
+    Parameter("v", "m/s", 5.0, Interval(-100.0, 100.0), "forward speed", "v", label=r"forward speed $v$"),
     Parameter("max_speed", "m/s", 10.0, Interval(0.0, 100.0, lower_open=True),
-              "upper end of the speed range searched for weave, capsize and double-root speeds", "v_max"),
+              "upper end of the speed range searched for weave, capsize and double-root speeds", "v_max",
+              label=r"largest speed searched $v_\mathrm{max}$"),
 )
 DESIGN_NAMES = tuple(_SPEC)
 

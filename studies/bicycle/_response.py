@@ -51,19 +51,25 @@ SYSTEM = HybridSystem(
 )
 
 RESPONSE_PARAMETERS = tuple(p for p in PARAMETERS if p.name not in ("v", "max_speed")) + (
-    Parameter("v", "m/s", 4.6, Interval(-100.0, 100.0), "forward speed (Meijaard et al. 2007, section 8)", "v"),
-    Parameter("initial_lean_rate", "rad/s", 0.5, Interval(-10.0, 10.0), "lean rate at release, upright", "phi'(0)"),
-    Parameter("fall_angle", "rad", 0.5, Interval(0.0, 1.5, lower_open=True), "lean at which the bicycle has fallen"),
+    Parameter("v", "m/s", 4.6, Interval(-100.0, 100.0), "forward speed (Meijaard et al. 2007, section 8)", "v",
+              label=r"forward speed $v$"),
+    Parameter("initial_lean_rate", "rad/s", 0.5, Interval(-10.0, 10.0), "lean rate at release, upright", "phi'(0)",
+              label=r"initial lean rate $\dot\phi_0$"),
+    Parameter("fall_angle", "rad", 0.5, Interval(0.0, 1.5, lower_open=True), "lean at which the bicycle has fallen",
+              label=r"fall angle $\phi_\mathrm{fall}$"),
 )
 
 RESPONSE_OUTPUTS = (
-    Output("fall_time", "s", "time the lean reaches the fall angle (NaN: did not fall)", optional=True),
-    Output("final_lean", "rad", "lean at the end (the fall, or the time horizon)"),
-    Output("final_steer", "rad", "steer angle at the end"),
-    Output("lean_extrema", "1", "number of lean extrema (lean-rate zeros) before the end"),
+    Output("fall_time", "s", "time the lean reaches the fall angle (NaN: did not fall)", optional=True,
+           label="fall time"),
+    Output("final_lean", "rad", "lean at the end (the fall, or the time horizon)", label=r"final lean $\phi$"),
+    Output("final_steer", "rad", "steer angle at the end", label=r"final steer $\delta$"),
+    Output("lean_extrema", "1", "number of lean extrema (lean-rate zeros) before the end",
+           label="lean extrema"),
     Output("weave_period", "s", "2 x mean spacing of the lean extrema after the first (NaN: fewer than 3)",
-           optional=True),
-    Output("weave_period_linear", "s", "2 pi / |Im(weave eigenvalue)| at v: the linear prediction", optional=True),
+           optional=True, label="weave period (time response)"),
+    Output("weave_period_linear", "s", "2 pi / |Im(weave eigenvalue)| at v: the linear prediction", optional=True,
+           label="weave period (linear)"),
 )
 
 

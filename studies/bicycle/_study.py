@@ -16,14 +16,19 @@ from ._roots import MODES, tracked_eigenvalues
 from ._speeds import capsize_speed, double_root_speed, weave_speed
 
 OUTPUTS = (
-    Output("eigenvalue_real", "1/s", "real part of the eigenvalue of each mode at speed v", (("mode", MODES),)),
-    Output("eigenvalue_imag", "1/s", "imaginary part of the eigenvalue of each mode at speed v", (("mode", MODES),)),
-    Output("weave_speed", "m/s", "speed vw above which the weave mode is stable", optional=True),
-    Output("capsize_speed", "m/s", "speed vc above which the capsize mode is unstable", optional=True),
+    Output("eigenvalue_real", "1/s", "real part of the eigenvalue of each mode at speed v", (("mode", MODES),),
+           label=r"eigenvalue $\mathrm{Re}\,\lambda$"),
+    Output("eigenvalue_imag", "1/s", "imaginary part of the eigenvalue of each mode at speed v", (("mode", MODES),),
+           label=r"eigenvalue $\mathrm{Im}\,\lambda$"),
+    Output("weave_speed", "m/s", "speed vw above which the weave mode is stable", optional=True,
+           label=r"weave speed $v_w$"),
+    Output("capsize_speed", "m/s", "speed vc above which the capsize mode is unstable", optional=True,
+           label=r"capsize speed $v_c$"),
     Output("double_root_speed", "m/s", "speed vd where two real eigenvalues merge into the weave pair",
-           optional=True),
+           optional=True, label=r"double-root speed $v_d$"),
     Output("stable_speed_width", "m/s",
-           "width vc - vw of the self-stable speed interval (0 if vc <= vw; NaN if either is absent)", optional=True),
+           "width vc - vw of the self-stable speed interval (0 if vc <= vw; NaN if either is absent)", optional=True,
+           label=r"self-stable speed range $v_c-v_w$"),
 )
 
 

@@ -12,19 +12,28 @@ from ._profile import admissible, reference
 from ._run import HISTORY, run_adaptive, run_fixed
 
 PARAMETERS = (
-    Parameter("mass", "1", 1.0, Interval(0.0, 1e3, lower_open=True), "hoop mass (dimensionless units)", "M"),
-    Parameter("radius", "1", 0.01, Interval(0.0, 1.0, lower_open=True), "hoop radius", "r"),
-    Parameter("gravity", "1", 9.81, Interval(0.0, 1e3, lower_open=True), "gravitational acceleration", "g"),
-    Parameter("a", "1", 0.13, Interval(-2.0, 2.0), "profile p(x) = x^4 + a x^3 - b x^2 - a x - (1 - b)", "a"),
-    Parameter("b", "1", 0.5, Interval(-2.0, 2.0), "profile coefficient (see a)", "b"),
-    Parameter("stabilization", "1/time", 1e3, Interval(0.0, 1e8), "residual decay rate lambda (0: none)", "lam"),
+    Parameter("mass", "1", 1.0, Interval(0.0, 1e3, lower_open=True), "hoop mass (dimensionless units)", "M",
+              label=r"mass $M$"),
+    Parameter("radius", "1", 0.01, Interval(0.0, 1.0, lower_open=True), "hoop radius", "r", label=r"radius $r$"),
+    Parameter("gravity", "1", 9.81, Interval(0.0, 1e3, lower_open=True), "gravitational acceleration", "g",
+              label=r"gravity $g$"),
+    Parameter("a", "1", 0.13, Interval(-2.0, 2.0), "profile p(x) = x^4 + a x^3 - b x^2 - a x - (1 - b)", "a",
+              label=r"profile coefficient $a$"),
+    Parameter("b", "1", 0.5, Interval(-2.0, 2.0), "profile coefficient (see a)", "b", label=r"profile coefficient $b$"),
+    Parameter("stabilization", "1/time", 1e3, Interval(0.0, 1e8), "residual decay rate lambda (0: none)", "lam",
+              label=r"stabilisation $\lambda$"),
     Parameter("step", "time", 1e-5, Interval(0.0, 1e-1),
-              "fixed step of the RK2 (Heun) integrator; 0: diffrax's adaptive solver of the sweep's [solver]", "h"),
-    Parameter("duration", "time", 10.0, Interval(0.0, 1e5, lower_open=True), "length of the run"),
-    Parameter("start_contact_x", "1", 0.0, Interval(-2.0, 2.0), "contact point x at t = 0"),
-    Parameter("start_speed", "1/time", 1.0, Interval(0.0, 100.0, lower_open=True), "centre speed at t = 0"),
+              "fixed step of the RK2 (Heun) integrator; 0: diffrax's adaptive solver of the sweep's [solver]", "h",
+              label=r"step $h$"),
+    Parameter("duration", "time", 10.0, Interval(0.0, 1e5, lower_open=True), "length of the run",
+              label=r"duration $T$"),
+    Parameter("start_contact_x", "1", 0.0, Interval(-2.0, 2.0), "contact point x at t = 0",
+              label=r"initial contact point $x$"),
+    Parameter("start_speed", "1/time", 1.0, Interval(0.0, 100.0, lower_open=True), "centre speed at t = 0",
+              label="initial centre speed"),
     Parameter("initial_error", "1", 0.0, Interval(-1e-2, 1e-2),
-              "perturbation of the initial state in every constraint (height, speeds, spin, alpha)"),
+              "perturbation of the initial state in every constraint (height, speeds, spin, alpha)",
+              label=r"initial error $\varepsilon$"),
 )
 
 CONSTRAINTS = (
@@ -38,17 +47,24 @@ CONSTRAINTS = (
 
 _F = ("f1", "f2", "f3", "f4")
 OUTPUTS = (
-    Output("max_residual", "1", "max |f_i| over i and the steady state (last 15% of the run)"),
-) + tuple(Output(f"max_residual_{f}", "1", f"max |{f}| in the steady state") for f in _F) + (
-    Output("period", "time", "mean period between right turning points (NaN: fewer than two)", optional=True),
-    Output("turn_left_x", "1", "smallest centre x over the run"),
-    Output("turn_right_x", "1", "largest centre x over the run"),
-    Output("energy_error", "1", "largest |E - E0| (= |f2|) over the run"),
-    Output("period_reference", "time", "period by quadrature along the centre's curve"),
-    Output("turn_left_reference", "1", "left turning centre x by quadrature"),
-    Output("turn_right_reference", "1", "right turning centre x by quadrature"),
+    Output("max_residual", "1", "max |f_i| over i and the steady state (last 15% of the run)",
+           label=r"$\max_i |f_i|$"),
+) + tuple(Output(f"max_residual_{f}", "1", f"max |{f}| in the steady state",
+                 label=f"$\\max|f_{f[1:]}|$") for f in _F) + (
+    Output("period", "time", "mean period between right turning points (NaN: fewer than two)", optional=True,
+           label=r"period $T$"),
+    Output("turn_left_x", "1", "smallest centre x over the run", label=r"left turning point $x_\mathrm{left}$"),
+    Output("turn_right_x", "1", "largest centre x over the run", label=r"right turning point $x_\mathrm{right}$"),
+    Output("energy_error", "1", "largest |E - E0| (= |f2|) over the run",
+           label=r"energy error $\max|E-E_0|$"),
+    Output("period_reference", "time", "period by quadrature along the centre's curve",
+           label=r"reference period $T$ (quadrature)"),
+    Output("turn_left_reference", "1", "left turning centre x by quadrature",
+           label=r"reference $x_\mathrm{left}$ (quadrature)"),
+    Output("turn_right_reference", "1", "right turning centre x by quadrature",
+           label=r"reference $x_\mathrm{right}$ (quadrature)"),
     Output("residual_history", "1", f"f1..f4 at {HISTORY + 1} evenly spaced times over the run (RK2 only)",
-           (("sample", HISTORY + 1), ("constraint", _F)), optional=True),
+           (("sample", HISTORY + 1), ("constraint", _F)), optional=True, label=r"residual $f_i$"),
 )
 
 

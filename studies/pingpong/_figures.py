@@ -6,7 +6,15 @@
 
 import numpy as np
 
-from engine.cube.plot import scale_axes
+from engine.cube.plot import axis_label, scale_axes
+
+
+def _declared():
+    from ._study import OUTPUTS, PARAMETERS  # here: _study imports this module
+    return PARAMETERS + OUTPUTS
+
+
+_CRITICAL = r"critical spin ratio $q_c$"
 
 
 def _final_vs_spin(ds):
@@ -18,11 +26,11 @@ def _final_vs_spin(ds):
     ax.axhline(0, color="0.5", lw=0.8)
     if "critical_spin_ratio" in ds and ds["critical_spin_ratio"].size == 1:
         qc = float(ds["critical_spin_ratio"].values.ravel()[0])
-        ax.axvline(qc, color="C3", ls="--", lw=1, label=f"q_c = {qc:.12f}")
+        ax.axvline(qc, color="C3", ls="--", lw=1, label=f"$q_c = {qc:.12f}$")
         ax.legend()
     scale_axes(ax, ds, x="spin_ratio")
-    ax.set_xlabel("spin ratio q = |r thetadot0 / v0|")
-    ax.set_ylabel("final displacement x_final [m]")
+    ax.set_xlabel(axis_label(ds, "spin_ratio", _declared()))
+    ax.set_ylabel(axis_label(ds, "final_displacement", _declared()))
     ax.set_title("Final displacement against spin ratio (Gao 2021, Fig. 14)")
     ax.grid(alpha=0.3)
     return fig
@@ -36,16 +44,16 @@ def _critical_map(ds):
     if len(dims) == 1:
         ax.plot(qc[dims[0]].values, qc.values, marker=".")
         scale_axes(ax, ds, x=dims[0])
-        ax.set_xlabel(dims[0])
-        ax.set_ylabel("critical spin ratio q_c")
+        ax.set_xlabel(axis_label(ds, dims[0], _declared()))
+        ax.set_ylabel(_CRITICAL)
     else:
         y, x = dims[:2]
         mesh = ax.pcolormesh(qc[x].values, qc[y].values, qc.transpose(y, x).values, shading="auto")
         cs = ax.contour(qc[x].values, qc[y].values, qc.transpose(y, x).values, colors="w", linewidths=0.6)
         ax.clabel(cs, fontsize=7)
-        fig.colorbar(mesh, ax=ax, label="critical spin ratio q_c")
-        ax.set_xlabel(f"{x} [{ds[x].attrs.get('units', '')}]")
-        ax.set_ylabel(f"{y} [{ds[y].attrs.get('units', '')}]")
+        fig.colorbar(mesh, ax=ax, label=_CRITICAL)
+        ax.set_xlabel(axis_label(ds, x, _declared()))
+        ax.set_ylabel(axis_label(ds, y, _declared()))
         scale_axes(ax, ds, x=x, y=y)
     ax.set_title("Spin ratio at which the ball returns to its start")
     return fig
@@ -63,11 +71,12 @@ def _boundary_map(ds):
     norm = SymLogNorm(linthresh=0.01, vmin=-limit, vmax=limit)
     mesh = ax.pcolormesh(ds["spin_ratio"].values, ds[other].values, x.values, cmap="RdBu", norm=norm, shading="auto")
     ax.contour(ds["spin_ratio"].values, ds[other].values, x.values, levels=[0.0], colors="k", linewidths=1.2)
-    fig.colorbar(mesh, ax=ax, label="final displacement [m] (blue: ends ahead, red: behind)")
+    fig.colorbar(mesh, ax=ax, label=axis_label(ds, "final_displacement", _declared())
+                 + "\n(blue: ends ahead, red: behind)")
     scale_axes(ax, ds, x="spin_ratio", y=other)
-    ax.set_xlabel("spin ratio q")
-    ax.set_ylabel(f"{other} [{ds[other].attrs.get('units', '')}]")
-    ax.set_title("Forward/backward boundary (black: x_final = 0)")
+    ax.set_xlabel(axis_label(ds, "spin_ratio", _declared()))
+    ax.set_ylabel(axis_label(ds, other, _declared()))
+    ax.set_title(r"Forward/backward boundary (black: $x_\mathrm{final} = 0$)")
     return fig
 
 

@@ -12,29 +12,36 @@ from ._model import solve_point
 POSITIVE = dict(lower_open=True)
 
 PARAMETERS = (
-    Parameter("mass", "kg", 0.003, Interval(0.0, 1.0, **POSITIVE), "ball mass", "m"),
-    Parameter("radius", "m", 0.02, Interval(0.0, 0.5, **POSITIVE), "ball radius", "r"),
-    Parameter("gravity", "m/s^2", 9.8, Interval(0.0, 100.0, **POSITIVE), "gravitational acceleration", "g"),
-    Parameter("friction", "1", 0.3, Interval(0.0, 2.0, **POSITIVE), "sliding friction coefficient", "mu"),
+    Parameter("mass", "kg", 0.003, Interval(0.0, 1.0, **POSITIVE), "ball mass", "m", label=r"mass $m$"),
+    Parameter("radius", "m", 0.02, Interval(0.0, 0.5, **POSITIVE), "ball radius", "r", label=r"radius $r$"),
+    Parameter("gravity", "m/s^2", 9.8, Interval(0.0, 100.0, **POSITIVE), "gravitational acceleration", "g",
+              label=r"gravity $g$"),
+    Parameter("friction", "1", 0.3, Interval(0.0, 2.0, **POSITIVE), "sliding friction coefficient", "mu",
+              label=r"friction coefficient $\mu$"),
     Parameter(
         "rolling_resistance", "m", 0.0002, Interval(0.0, 0.01, **POSITIVE),
-        "rolling-resistance lever (moment delta*N)", "delta",
+        "rolling-resistance lever (moment delta*N)", "delta", label=r"rolling resistance $\delta$",
     ),
-    Parameter("drag", "1/s", 0.1, Interval(0.0, 10.0), "air drag rate n/(2m)", "beta"),
-    Parameter("initial_speed", "m/s", 1.0, Interval(0.0, 20.0, **POSITIVE), "initial centre speed", "v0"),
+    Parameter("drag", "1/s", 0.1, Interval(0.0, 10.0), "air drag rate n/(2m)", "beta", label=r"air drag $\beta$"),
+    Parameter("initial_speed", "m/s", 1.0, Interval(0.0, 20.0, **POSITIVE), "initial centre speed", "v0",
+              label=r"initial speed $v_0$"),
     Parameter(
         "spin_ratio", "1", 1.0, Interval(0.0, 20.0),
-        "backspin ratio |r thetadot0 / v0|", "q",
+        "backspin ratio |r thetadot0 / v0|", "q", label=r"spin ratio $q=|r\dot\theta_0/v_0|$",
     ),
 )
 
 OUTPUTS = (
-    Output("final_displacement", "m", "resting position of the centre, x_final"),
-    Output("slide_end_time", "s", "end of sliding, t* (slip reaches zero)"),
-    Output("stop_time", "s", "time the ball comes to rest"),
-    Output("roll_start_speed", "m/s", "centre speed when rolling starts, xdot(t*)"),
-    Output("reverses", "1", "1 if the ball rolls backward (mode 2), 0 if it never reverses (mode 1)"),
-    Output("friction_margin", "1", "largest |F|/(mu N) needed while rolling (<= 1: rolling is consistent)"),
+    Output("final_displacement", "m", "resting position of the centre, x_final",
+           label=r"final displacement $x_\mathrm{final}$"),
+    Output("slide_end_time", "s", "end of sliding, t* (slip reaches zero)", label=r"end of sliding $t^*$"),
+    Output("stop_time", "s", "time the ball comes to rest", label=r"stop time $t_\mathrm{stop}$"),
+    Output("roll_start_speed", "m/s", "centre speed when rolling starts, xdot(t*)",
+           label=r"rolling-start speed $\dot{x}(t^*)$"),
+    Output("reverses", "1", "1 if the ball rolls backward (mode 2), 0 if it never reverses (mode 1)",
+           label="rolls backward (mode 2)"),
+    Output("friction_margin", "1", "largest |F|/(mu N) needed while rolling (<= 1: rolling is consistent)",
+           label=r"friction margin $\max|F|/(\mu\,N)$"),
 )
 
 

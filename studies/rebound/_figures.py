@@ -6,9 +6,21 @@
 
 import numpy as np
 
-from engine.cube.plot import scale_axes
+from engine.cube.plot import axis_label, scale_axes
 
 from ._bounce import MODEL_NAMES
+
+# The outcomes of a landing, by code, and how the landing map colours them.
+_OUTCOMES = ((1, "in (far half)", "tab:green"), (2, "net fault", "tab:red"), (3, "out (off the table)", "tab:gray"),
+             (4, "second bounce on the near half", "tab:orange"))
+
+
+def _declared(name: str):
+    """The parameters and outputs of study `name` (imported here: its module imports this one)."""
+    from ._flight import LANDING
+    from ._study import REBOUND, REGIME, TABLE1
+    study = {s.name: s for s in (REBOUND, REGIME, TABLE1, LANDING)}[name]
+    return study.parameters + study.outputs
 
 
 def _map(ax, fig, ds, name, label, cmap="viridis"):
@@ -17,11 +29,12 @@ def _map(ax, fig, ds, name, label, cmap="viridis"):
     fig.colorbar(mesh, ax=ax, label=label)
     phi = float(np.nanmedian(ds["critical_angle"].values))
     ax.axvline(phi, color="w", ls="--", lw=1.2)
-    ax.annotate(f"critical angle {phi:.2f} deg", (phi, ds["spin_ratio"].values.max()), color="w", rotation=90,
+    ax.annotate(rf"critical angle $\alpha_c = {phi:.2f}^\circ$", (phi, ds["spin_ratio"].values.max()), color="w",
+                rotation=90,
                 va="top", ha="right", fontsize=7)
     scale_axes(ax, ds, x="incidence_angle", y="spin_ratio")
-    ax.set_xlabel("incidence angle alpha [deg]")
-    ax.set_ylabel("spin ratio r wy / |v|")
+    ax.set_xlabel(axis_label(ds, "incidence_angle", _declared("rebound_regime")))
+    ax.set_ylabel(axis_label(ds, "spin_ratio", _declared("rebound_regime")))
 
 
 def regime_figures(ds) -> dict:
@@ -29,8 +42,9 @@ def regime_figures(ds) -> dict:
     if set(ds["out_angle"].dims) != {"incidence_angle", "spin_ratio"}:
         return {}
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
-    _map(left, fig, ds, "out_angle", "outgoing angle from the normal [deg]")
-    _map(right, fig, ds, "out_spin_ratio", "outgoing spin ratio r wy / |Ve|", cmap="RdBu_r")
+    _map(left, fig, ds, "out_angle", axis_label(ds, "out_angle", _declared("rebound_regime")))
+    _map(right, fig, ds, "out_spin_ratio", axis_label(ds, "out_spin_ratio", _declared("rebound_regime")),
+         cmap="RdBu_r")
     fig.suptitle("Rebound regime: sliding right of the critical angle, rolling left (white: no such motion)",
                  fontsize=10)
     return {"regime": fig}
@@ -52,8 +66,9 @@ def table1_figures(ds) -> dict:
             ax.bar(x, np.abs(errors).mean(axis=1), width, label=f"{name} (mean |error|)", alpha=0.8)
             ax.plot(np.repeat(x, errors.shape[1]), np.abs(errors).ravel(), "k.", ms=2)
     for ax, group, unit in zip(axes, (components[:3], components[3:]), ("m/s", "rad/s"), strict=True):
-        ax.set_xticks(np.arange(len(group)) + 0.4 - width / 2, group)
-        ax.set_ylabel(f"|measured - predicted| [{unit}]")
+        ax.set_xticks(np.arange(len(group)) + 0.4 - width / 2, [f"${c[0].replace('w', chr(92) + 'omega')}_{c[1]}$"
+                                                                 for c in group])
+        ax.set_ylabel(f"|measured $-$ predicted| [{unit}]")
     axes[0].legend(fontsize=7)
     fig.suptitle("Rebound models against Table 1 (dots: the 12 bounces)", fontsize=10)
     return {"model_comparison": fig}
@@ -61,6 +76,7 @@ def table1_figures(ds) -> dict:
 
 def landing_figures(ds) -> dict:
     import matplotlib
+    import matplotlib.patches
     import matplotlib.pyplot as plt
     dims = ds["outcome"].dims
     if len(dims) != 2:
@@ -68,15 +84,18 @@ def landing_figures(ds) -> dict:
     y, x = dims
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
     outcome = ds["outcome"].transpose(y, x).values
-    cmap = matplotlib.colors.ListedColormap(["tab:green", "tab:red", "tab:gray", "tab:orange"])
+    cmap = matplotlib.colors.ListedColormap([color for _, _, color in _OUTCOMES])
     left.pcolormesh(ds[x].values, ds[y].values, outcome, cmap=cmap, vmin=0.5, vmax=4.5, shading="auto")
-    left.set_title("outcome: green in, red net, grey out, orange double bounce", fontsize=9)
+    left.legend(handles=[matplotlib.patches.Patch(color=color, label=text) for _, text, color in _OUTCOMES],
+                title="outcome", fontsize=7, title_fontsize=8, loc="best", framealpha=0.85)
+    left.set_title("Outcome of the flight", fontsize=9)
     landing = ds["landing_x"].where(ds["lands_in"] == 1).transpose(y, x)
     mesh = right.pcolormesh(ds[x].values, ds[y].values, landing.values, shading="auto")
-    fig.colorbar(mesh, ax=right, label="landing x on the far half [m]")
-    right.set_title("where it lands (in only)", fontsize=9)
+    fig.colorbar(mesh, ax=right, label=axis_label(ds, "landing_x", _declared("rebound_landing"))
+                 + " (far half)")
+    right.set_title("Where it lands (in only)", fontsize=9)
     for ax in (left, right):
         scale_axes(ax, ds, x=x, y=y)
-        ax.set_xlabel(f"{x} [{ds[x].attrs.get('units', '')}]")
-        ax.set_ylabel(f"{y} [{ds[y].attrs.get('units', '')}]")
+        ax.set_xlabel(axis_label(ds, x, _declared("rebound_landing")))
+        ax.set_ylabel(axis_label(ds, y, _declared("rebound_landing")))
     return {"landing": fig}

@@ -28,28 +28,38 @@ SPIN = Interval(-1000.0, 1000.0)
 ANGLE = Interval(-3.15, 3.15)
 
 
+def _symbol(component: str) -> str:
+    """A velocity or spin component in the paper's notation (mathtext): vx as v_x, wy as \\omega_y."""
+    return f"{'v' if component[0] == 'v' else chr(92) + 'omega'}_{component[1]}"
+
+
 def _surface_parameters():
     return (
         Parameter("restitution", "1", PAPER_RESTITUTION, Interval(0.0, 1.0, lower_open=True),
-                  "coefficient of restitution e (seed's fit)", "e"),
-        Parameter("friction", "1", PAPER_FRICTION, Interval(0.0, 2.0), "friction coefficient mu (seed's fit)", "mu"),
-        Parameter("radius", "m", 0.02, Interval(0.0, 0.1, lower_open=True), "ball radius", "r"),
+                  "coefficient of restitution e (seed's fit)", "e", label="restitution $e$"),
+        Parameter("friction", "1", PAPER_FRICTION, Interval(0.0, 2.0), "friction coefficient mu (seed's fit)", "mu",
+                  label=r"friction coefficient $\mu$"),
+        Parameter("radius", "m", 0.02, Interval(0.0, 0.1, lower_open=True), "ball radius", "r", label="radius $r$"),
         Parameter("model", "1", 0.0, Interval(0.0, 2.0), "bounce model: 0 physical, 1 classical, 2 learned",
-                  integer=True),
+                  integer=True, label="bounce model"),
     )
 
 
 def _bounce_outputs():
     def component(c):
         return Output(f"out_{c}", "m/s" if c[0] == "v" else "rad/s",
-                      f"outgoing {'velocity' if c[0] == 'v' else 'spin'} {c[1]}")
+                      f"outgoing {'velocity' if c[0] == 'v' else 'spin'} {c[1]}", label=f"outgoing ${_symbol(c)}$")
 
     return tuple(component(c) for c in ("vx", "vy", "vz", "wx", "wy", "wz")) + (
-        Output("regime", "1", "1 sliding (incidence >= critical angle), 0 rolling"),
-        Output("incidence_angle", "deg", "angle between the contact point's incoming velocity and the normal"),
-        Output("critical_angle", "deg", "critical friction angle arctan(5 (1 + e) mu / 2)"),
-        Output("out_speed", "m/s", "outgoing speed |Ve|"),
-        Output("out_angle", "deg", "angle of the outgoing velocity (relative to the surface) from its normal"),
+        Output("regime", "1", "1 sliding (incidence >= critical angle), 0 rolling",
+               label="regime (1: sliding)"),
+        Output("incidence_angle", "deg", "angle between the contact point's incoming velocity and the normal",
+               label=r"incidence angle $\alpha$"),
+        Output("critical_angle", "deg", "critical friction angle arctan(5 (1 + e) mu / 2)",
+               label=r"critical angle $\alpha_c$"),
+        Output("out_speed", "m/s", "outgoing speed |Ve|", label="outgoing speed $|V_e|$"),
+        Output("out_angle", "deg", "angle of the outgoing velocity (relative to the surface) from its normal",
+               label="outgoing angle from the normal"),
     )
 
 
@@ -180,15 +190,19 @@ REBOUND = Study(
     source=SOURCE,
     version="3",
     parameters=tuple(
-        Parameter(n, "m/s", d, SPEED, f"incoming velocity, {n[1]} (surface frame when no racket)", n)
+        Parameter(n, "m/s", d, SPEED, f"incoming velocity, {n[1]} (surface frame when no racket)", n,
+                  label=f"incoming ${_symbol(n)}$")
         for n, d in (("vx", 0.92), ("vy", -2.89), ("vz", -2.46))
     ) + tuple(
-        Parameter(n, "rad/s", d, SPIN, f"incoming spin, {n[1]}", n) for n, d in (("wx", -35.44), ("wy", 4.13),
+        Parameter(n, "rad/s", d, SPIN, f"incoming spin, {n[1]}", n, label=f"incoming ${_symbol(n)}$")
+        for n, d in (("wx", -35.44), ("wy", 4.13),
                                                                              ("wz", -7.29))
     ) + _surface_parameters() + tuple(
-        Parameter(f"racket_v{x}", "m/s", 0.0, SPEED, f"racket velocity, {x} (world frame)") for x in "xyz"
+        Parameter(f"racket_v{x}", "m/s", 0.0, SPEED, f"racket velocity, {x} (world frame)",
+                  label=f"racket velocity $V_{x}$") for x in "xyz"
     ) + tuple(
-        Parameter(f"racket_{a}", "rad", 0.0, ANGLE, f"racket orientation: {a} (T = Rz(yaw) Ry(pitch) Rx(roll))")
+        Parameter(f"racket_{a}", "rad", 0.0, ANGLE, f"racket orientation: {a} (T = Rz(yaw) Ry(pitch) Rx(roll))",
+                  label=f"racket {a}")
         for a in ("roll", "pitch", "yaw")
     ),
     outputs=_bounce_outputs(),
@@ -202,18 +216,21 @@ REGIME = Study(
     source=SOURCE,
     version="4",
     parameters=(
-        Parameter("speed", "m/s", 3.8, Interval(0.0, 50.0, lower_open=True), "incoming speed |Vi|"),
+        Parameter("speed", "m/s", 3.8, Interval(0.0, 50.0, lower_open=True), "incoming speed |Vi|",
+                  label="incoming speed $|V_i|$"),
         Parameter("incidence_angle", "deg", 45.0, Interval(0.0, 90.0, upper_open=True),
-                  "contact incidence angle alpha: cot(alpha) = |vz| / |u|", "alpha"),
+                  "contact incidence angle alpha: cot(alpha) = |vz| / |u|", "alpha",
+                  label=r"incidence angle $\alpha$"),
         Parameter("spin_ratio", "1", 0.0, Interval(-5.0, 5.0),
-                  "r wy / |Vi| (positive: topspin for a ball moving along +x)", "s"),
+                  "r wy / |Vi| (positive: topspin for a ball moving along +x)", "s",
+                  label=r"spin ratio $r\omega_y/|V_i|$"),
     ) + _surface_parameters(),
     outputs=tuple(o for o in _bounce_outputs() if o.name in ("out_vx", "out_vz", "out_wy", "out_speed", "out_angle",
                                                               "regime", "critical_angle")) + (
-        Output("in_vx", "m/s", "incoming velocity x the axes stand for"),
-        Output("in_vz", "m/s", "incoming velocity z the axes stand for"),
-        Output("in_wy", "rad/s", "incoming spin y the axes stand for"),
-        Output("out_spin_ratio", "1", "outgoing r wy / |Ve|"),
+        Output("in_vx", "m/s", "incoming velocity x the axes stand for", label="incoming $v_x$"),
+        Output("in_vz", "m/s", "incoming velocity z the axes stand for", label="incoming $v_z$"),
+        Output("in_wy", "rad/s", "incoming spin y the axes stand for", label=r"incoming $\omega_y$"),
+        Output("out_spin_ratio", "1", "outgoing r wy / |Ve|", label=r"outgoing spin ratio $r\omega_y/|V_e|$"),
     ),
     solve_point=solve_regime,
     figures=regime_figures,
@@ -226,12 +243,14 @@ TABLE1 = Study(
     title="the rebound models against the 12 measured bounces of Table 1",
     source=SOURCE + ", Tables 1 and 2",
     version="1",
-    parameters=(Parameter("sample", "1", 1.0, Interval(1.0, 12.0), "Table 1 sample number", integer=True),)
+    parameters=(Parameter("sample", "1", 1.0, Interval(1.0, 12.0), "Table 1 sample number", integer=True,
+                          label="Table 1 sample"),)
     + _surface_parameters(),
     outputs=tuple(o for o in _bounce_outputs() if o.name.startswith("out_") and o.name[4] in "vw")
-    + tuple(Output(f"error_{c}", "m/s" if c[0] == "v" else "rad/s", f"measured minus predicted outgoing {c}")
+    + tuple(Output(f"error_{c}", "m/s" if c[0] == "v" else "rad/s", f"measured minus predicted outgoing {c}",
+                   label=f"error in outgoing ${_symbol(c)}$")
             for c in ("vx", "vy", "vz", "wx", "wy", "wz"))
-    + (Output("regime", "1", "1 sliding, 0 rolling"),),
+    + (Output("regime", "1", "1 sliding, 0 rolling", label="regime (1: sliding)"),),
     solve_point=solve_table1,
     figures=table1_figures,
     demo_configs={"rebound_table1": _DEMOS["rebound_table1"]},
