@@ -21,6 +21,19 @@ from studies.bicycle._study import lapack_eigenvalues
 
 SETTINGS = SolverSettings()
 PERMUTATIONS = np.array(list(itertools.permutations(range(4))))
+# Every evaluate of the study here: all its outputs, batches of 16 (table2_speeds'):
+# one compiled program for the file.
+BATCH = 16
+
+# The study's functions checked one design at a time, each compiled once (as the
+# study runs them, in a compiled program) rather than dispatched op by op.
+_state_matrix = jax.jit(state_matrix)
+_coefficients = jax.jit(characteristic_coefficients)
+_quartic_roots = jax.jit(quartic_roots)
+_weave_speed = jax.jit(lambda p, top: weave_speed(canonical_matrices(p), BENCHMARK["g"], top))
+_double_root_speed = jax.jit(lambda p, top: double_root_speed(canonical_matrices(p), BENCHMARK["g"], top))
+_discriminant = jax.jit(lambda p: speed_polynomials(canonical_matrices(p), BENCHMARK["g"]).discriminant_coefficients())
+_sign_changes_at = jax.jit(jax.vmap(_sign_changes, in_axes=(None, 0)))
 
 
 def jnp_params(p):
@@ -64,7 +77,7 @@ def test_inputs_are_not_mutated():
 def table2_speeds():
     v = np.concatenate([[0.0], ref.TABLE2[:, 0]])
     columns = {k: np.full(v.size, x) for k, x in STUDY.defaults.items()} | {"v": v}
-    result = evaluate(STUDY, SETTINGS, columns, batch_size=16)
+    result = evaluate(STUDY, SETTINGS, columns, batch_size=BATCH)
     assert np.all(result.status == Status.SUCCESS)
     return result
 
@@ -96,16 +109,15 @@ def test_characteristic_speeds_match_table2(table2_speeds):
     np.testing.assert_allclose(out["weave_speed"], ref.WEAVE_SPEED, rtol=0, atol=1e-10)
     np.testing.assert_allclose(out["capsize_speed"], ref.CAPSIZE_SPEED, rtol=0, atol=1e-10)
     np.testing.assert_allclose(out["stable_speed_width"], ref.CAPSIZE_SPEED - ref.WEAVE_SPEED, atol=1e-10)
-    matrices = canonical_matrices(jnp_params(BENCHMARK))
-    _, frequency = weave_speed(matrices, BENCHMARK["g"], 10.0)
-    _, root = double_root_speed(matrices, BENCHMARK["g"], 10.0)
+    _, frequency = _weave_speed(jnp_params(BENCHMARK), 10.0)
+    _, root = _double_root_speed(jnp_params(BENCHMARK), 10.0)
     assert abs(float(frequency) - ref.WEAVE_FREQUENCY) < 1e-10
     assert abs(float(root) - ref.DOUBLE_ROOT) < 1e-10
 
 
 def test_speeds_absent_from_the_searched_range_are_nan_not_failures():
     columns = {k: np.array([x]) for k, x in STUDY.defaults.items()} | {"max_speed": np.array([3.0])}
-    result = evaluate(STUDY, SETTINGS, columns, batch_size=1)
+    result = evaluate(STUDY, SETTINGS, columns, batch_size=BATCH)
     assert result.status[0] == Status.SUCCESS
     assert np.isnan(result.outputs["weave_speed"][0]) and np.isnan(result.outputs["capsize_speed"][0])
     assert abs(result.outputs["double_root_speed"][0] - ref.DOUBLE_ROOT_SPEED) < 1e-10
@@ -117,8 +129,8 @@ def test_characteristic_equation_symmetry_v_lambda_to_minus():
     for i in range(20):
         p = jnp_params({k: v[i] for k, v in designs.items()})
         for v in (0.7, 3.0, 8.0):
-            plus, _ = quartic_roots(characteristic_coefficients(p, v))
-            minus = -quartic_roots(characteristic_coefficients(p, -v))[0]
+            plus, _ = _quartic_roots(_coefficients(p, v))
+            minus = -_quartic_roots(_coefficients(p, -v))[0]
             assert_same_roots(plus, minus, atol=1e-11 * (1 + float(jnp.abs(plus).max())))
 
 
@@ -138,11 +150,11 @@ def test_quartic_path_matches_numpy_eigvals_on_random_designs():
     designs = random_designs(n, seed=2, spread=0.4)
     speeds = np.linspace(0.0, 12.0, n)
     columns = {k: designs[k] for k in DESIGN_NAMES} | {"v": speeds, "max_speed": np.full(n, 10.0)}
-    result = evaluate(STUDY, SETTINGS, columns, batch_size=64, outputs=("eigenvalue_real", "eigenvalue_imag"))
+    result = evaluate(STUDY, SETTINGS, columns, batch_size=BATCH)
     for i in range(n):
         p = {k: designs[k][i] for k in DESIGN_NAMES}
         quartic = result.outputs["eigenvalue_real"][i] + 1j * result.outputs["eigenvalue_imag"][i]
-        numpy_eig = np.linalg.eigvals(np.asarray(state_matrix(jnp_params(p), speeds[i])))
+        numpy_eig = np.linalg.eigvals(np.asarray(_state_matrix(jnp_params(p), speeds[i])))
         assert_same_roots(quartic, numpy_eig, atol=1e-10 * (1 + np.abs(numpy_eig).max()))
 
 
@@ -153,7 +165,7 @@ def test_device_independent_path_matches_lapack_path():
     speeds = jnp.linspace(0.5, 9.5, 16)
     lapack = np.asarray(jax.vmap(lapack_eigenvalues)(p, speeds))
     columns = {k: designs[k] for k in DESIGN_NAMES} | {"v": np.asarray(speeds), "max_speed": np.full(16, 10.0)}
-    result = evaluate(STUDY, SETTINGS, columns, batch_size=16, outputs=("eigenvalue_real", "eigenvalue_imag"))
+    result = evaluate(STUDY, SETTINGS, columns, batch_size=BATCH)
     quartic = result.outputs["eigenvalue_real"] + 1j * result.outputs["eigenvalue_imag"]
     for i in range(16):
         assert_same_roots(quartic[i], lapack[i], atol=1e-10 * (1 + np.abs(lapack[i]).max()))
@@ -187,16 +199,15 @@ def test_characteristic_speeds_are_where_their_roots_are_on_random_designs():
     found = {"weave": 0, "double": 0}
     for i in range(n):
         p = jnp_params({k: designs[k][i] for k in DESIGN_NAMES})
-        matrices = canonical_matrices(p)
-        vw, w = (float(x) for x in weave_speed(matrices, BENCHMARK["g"], 20.0))
-        vd, s = (float(x) for x in double_root_speed(matrices, BENCHMARK["g"], 20.0))
+        vw, w = (float(x) for x in _weave_speed(p, 20.0))
+        vd, s = (float(x) for x in _double_root_speed(p, 20.0))
         if np.isfinite(vw):
             found["weave"] += 1
-            roots = np.roots(np.asarray(characteristic_coefficients(p, vw))[::-1])
+            roots = np.roots(np.asarray(_coefficients(p, vw))[::-1])
             assert np.min(np.abs(roots - 1j * w)) < 1e-7 * (1 + w), (i, vw, roots)
         if np.isfinite(vd):
             found["double"] += 1
-            roots = np.roots(np.asarray(characteristic_coefficients(p, vd))[::-1])
+            roots = np.roots(np.asarray(_coefficients(p, vd))[::-1])
             assert np.sort(np.abs(roots - s))[1] < 1e-6 * (1 + abs(s)), (i, vd, roots)
     assert found["weave"] > n // 2 and found["double"] > n // 2
 
@@ -210,8 +221,8 @@ def test_sign_change_bits_are_the_cells_where_the_discriminant_changes_sign():
     checked = 0
     for i in range(50):
         p = jnp_params({k: designs[k][i] for k in DESIGN_NAMES})
-        disc = speed_polynomials(canonical_matrices(p), BENCHMARK["g"]).discriminant_coefficients()
-        low, high, _ = jax.vmap(lambda s, d=disc: _sign_changes(d, s))(jnp.asarray(speeds))
+        disc = _discriminant(p)
+        low, high, _ = _sign_changes_at(disc, jnp.asarray(speeds))
         bits = (np.asarray(high, np.uint64) << 32) | np.asarray(low, np.uint64)
         coefficients = np.array([float(c) for c in disc])
         for speed, word in zip(speeds, bits, strict=True):
@@ -234,13 +245,13 @@ def test_polished_roots_beside_a_double_root_are_as_accurate_as_their_conditioni
     found = 0
     for i in range(40):
         p = jnp_params({k: designs[k][i] for k in DESIGN_NAMES})
-        vd, _ = double_root_speed(canonical_matrices(p), BENCHMARK["g"], 20.0)
+        vd, _ = _double_root_speed(p, 20.0)
         if not np.isfinite(float(vd)):
             continue
         found += 1
         for relative in (-1e-5, -1e-7, -1e-9, 1e-9, 1e-7, 1e-5):
-            a = characteristic_coefficients(p, float(vd) * (1 + relative))
-            roots, _ = quartic_roots(a)
+            a = _coefficients(p, float(vd) * (1 + relative))
+            roots, _ = _quartic_roots(a)
             expected = np.roots(np.asarray(a)[::-1])
             assert_same_roots(roots, expected, atol=1e-9 * (1 + np.abs(expected).max()))
     assert found > 20
