@@ -91,7 +91,7 @@ def test_damaged_chunk_is_found_and_repaired_by_one_run(tmp_path, capsys, refere
     assert main(["verify", str(sweep.out)]) == 1
     out = capsys.readouterr().out
     assert " shard " in out and name in out and "sound" not in out, out
-    assert main(["status", str(sweep.out)]) == 0  # reports, does not crash on an undecodable chunk
+    assert main(["status", str(sweep.out)]) == 1  # reports (exit 1, as verify), does not crash on an undecodable chunk
     out = capsys.readouterr().out
     assert "damaged" in out and "incomplete" in out, out
     assert not progress(sweep.out).complete
@@ -109,7 +109,7 @@ def test_empty_or_corrupt_marker_means_not_done(tmp_path, capsys, reference, con
     run(sweep, progress=False)
     Markers(sweep.out).done_path("grid", 1).write_text(content)
 
-    assert main(["status", str(sweep.out)]) == 0
+    assert main(["status", str(sweep.out)]) == 1
     out = capsys.readouterr().out
     assert "grid shards      2 / 3 done" in out and "marker that cannot be read" in out and "incomplete" in out, out
     assert main(["verify", str(sweep.out)]) == 1

@@ -42,7 +42,7 @@ def test_a_cube_being_written_is_reported_running_and_partial(small_sweep, capsy
         assert owner == f"pid {holder.pid} on {os.uname().nodename}"
         state = progress(sweep.out)
         assert state.points_done == 15 and sum(state.status_counts.values()) == 15, state
-        assert main(["status", str(sweep.out)]) == 0
+        assert main(["status", str(sweep.out)]) == EXIT_PARTIAL  # shards to do, as verify says
         out = capsys.readouterr().out
         assert f"running          {owner}" in out and "points           15 / 23 done" in out, out
         assert "run the same command again" not in out, out
@@ -55,7 +55,7 @@ def test_a_cube_being_written_is_reported_running_and_partial(small_sweep, capsy
         holder.wait(timeout=30)
     # The run is gone: the same cube is incomplete, and the way on is to run again.
     assert writer(sweep.out) is None
-    assert main(["status", str(sweep.out)]) == 0
+    assert main(["status", str(sweep.out)]) == EXIT_PARTIAL
     out = capsys.readouterr().out
     assert "running" not in out and "incomplete: run the same command again to resume" in out, out
     assert main(["verify", str(sweep.out)]) == EXIT_PARTIAL

@@ -254,9 +254,15 @@ def _point(args):
 
 
 def _status(args):
+    """Exit codes as verify's: 0 complete, 1 where shards raised or are damaged
+    (run exits 1 on them too), EXIT_PARTIAL where shards are still to solve."""
     from engine.cube.status_report import progress
 
-    print(progress(args.path).describe())
+    report = progress(args.path)
+    print(report.describe())
+    if report.failed or report.damaged:
+        return 1
+    return 0 if report.complete else EXIT_PARTIAL
 
 
 def _plot(args):
