@@ -1,10 +1,16 @@
-"""A study author's path: failures located in the study's code, one point solved
-eagerly, re-runs after the study changed, solver defaults, demo, summary, cache."""
+"""A study author's path: the documented outside study packages (built and run
+from docs/writing-a-study.md's own text), failures located in the study's code,
+one point solved eagerly, re-runs after the study changed, solver defaults,
+demo, summary, cache."""
 
 import dataclasses
 import importlib
+import pathlib
+import re
+import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import engine.study.interface
@@ -12,7 +18,7 @@ from engine._jax_setup import cache_dir
 from engine.cli.commands import _summary, main
 from engine.cli.demo import run_demo
 from engine.cube.markers import Markers
-from engine.cube.store import Cube
+from engine.cube.store import Cube, open_cube
 from engine.runner.execute import RunReport, run
 from engine.sweep.config import ConfigError, load_sweep
 
@@ -90,6 +96,74 @@ def toy_sweep(folder, solver="", points=6, study="toy"):
         """)
 
 
+
+# 1. docs/writing-a-study.md: its packages build and its hybrid study runs, as written.
+
+GUIDE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "writing-a-study.md"
+
+
+def _guide_blocks(language: str, containing: str) -> list[str]:
+    """The guide's fenced `language` blocks that contain `containing`."""
+    blocks = re.findall(rf"^```{language}\n(.*?)^```", GUIDE.read_text(), flags=re.M | re.S)
+    return [b for b in blocks if containing in b]
+
+
+def test_guide_pyprojects_build_beside_a_results_folder(tmp_path):
+    """A sweep run in a study's folder writes results/ beside its pyproject.toml:
+    without an explicit package list, setuptools then found two top-level
+    packages and `pip install -e .` failed. Built here as a wheel (the same
+    discovery, no install)."""
+    pyprojects = _guide_blocks("toml", "[project]")
+    assert pyprojects
+    for text in pyprojects:
+        name = re.search(r'^name = "(\w+)"', text, flags=re.M).group(1)
+        folder = tmp_path / name
+        (folder / name).mkdir(parents=True)
+        (folder / name / "__init__.py").write_text("")
+        (folder / "pyproject.toml").write_text(text)
+        (folder / "results" / f"{name}.zarr").mkdir(parents=True)  # what a sweep run there leaves
+        (folder / "results" / f"{name}.zarr" / "zarr.json").write_text("{}")
+        build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                                "-w", str(tmp_path / "dist"), str(folder)], capture_output=True, text=True,
+                               timeout=300)
+        assert build.returncode == 0, f"{name}: {build.stderr[-1500:]}"
+
+
+@pytest.fixture
+def guide_hybrid_study(tmp_path, monkeypatch):
+    """The guide's hybrid study package, written from its text into tmp_path (the
+    current directory) and registered under its name."""
+    (code,) = _guide_blocks("python", "HybridPoint(system, start, finish)")
+    (tmp_path / "wallball").mkdir()
+    (tmp_path / "wallball" / "__init__.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    module = importlib.import_module("wallball")
+    registered = {"wallball": lambda: module.STUDY}
+    monkeypatch.setattr(engine.study.interface, "_registered", lambda: registered)
+    yield module
+    sys.modules.pop("wallball", None)
+
+
+def test_guide_hybrid_study_runs_as_written(guide_hybrid_study, tmp_path):
+    """Its sweep, run where the guide says the cube lands: the wall reached at
+    distance / vx, the wall's reset not applied (the solve ends there), the
+    first ground impact where the parabola meets the ground."""
+    (text,) = _guide_blocks("toml", 'study = "wallball"')
+    (tmp_path / "wallball.toml").write_text(text)
+    report = run(load_sweep(tmp_path / "wallball.toml"), progress=False)
+    assert report.failed_points == 0 and report.points_solved == 18, report
+    ds = open_cube(tmp_path / "results" / "wallball.zarr").load()
+    p = {name: ds.attrs[f"parameter.{name}"] for name in ("speed", "height", "distance")}
+    angle = np.deg2rad(ds["angle"].values)[:, None]
+    vx, vz = p["speed"] * np.cos(angle), p["speed"] * np.sin(angle)
+    np.testing.assert_allclose(ds["wall_time"].values, p["distance"] / vx + 0 * ds["restitution"].values, rtol=1e-9)
+    np.testing.assert_allclose(ds["wall_speed"].values, vx + 0 * ds["restitution"].values, rtol=1e-12)
+    first = vx * (vz + np.sqrt(vz**2 + 2 * guide_hybrid_study.G * p["height"])) / guide_hybrid_study.G
+    np.testing.assert_allclose(ds["impact_x"].isel(impact=0).values, first + 0 * ds["restitution"].values,
+                               rtol=1e-9)
+    assert ds["impact_x"].sizes["impact"] == guide_hybrid_study.IMPACTS
+
 # 3. A failing shard names where in the study's code it raised; one point is solved eagerly.
 
 def test_failed_shard_names_the_study_file_and_line(toy, tmp_path, capsys):
@@ -102,7 +176,7 @@ def test_failed_shard_names_the_study_file_and_line(toy, tmp_path, capsys):
     assert errors == {f"KeyError: 'gravty' (toy_study/_model.py:{line} in _double; "
                       f"called from toy_study/_model.py:{caller} in solve_point)"}, errors
     capsys.readouterr()
-    assert main(["status", str(tmp_path / "toy.zarr")]) == 0
+    assert main(["status", str(tmp_path / "toy.zarr")]) == 1  # as run's: its shards raised
     assert f"KeyError: 'gravty' (toy_study/_model.py:{line} in _double" in capsys.readouterr().out
 
 
@@ -180,7 +254,8 @@ def test_demo_skips_what_a_study_lacks(toy, tmp_path, capsys):
     assert run_demo(tmp_path / "demo", studies={"bare": lambda: bare, "toy": lambda: study}) == []
     out = capsys.readouterr().out
     assert "bare: no demo sweeps; skipped" in out
-    assert "tiny: study 'toy' declares no figures" in out and (tmp_path / "demo" / "tiny.zarr").exists()
+    tiny = next(line for line in out.splitlines() if line.startswith("tiny: "))
+    assert "study 'toy' declares no figures" in tiny and (tmp_path / "demo" / "tiny.zarr").exists()
 
 
 # 6. A study's own solver defaults, under the sweep's [solver] table.

@@ -7,6 +7,7 @@ import importlib.metadata
 import importlib.util
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -19,9 +20,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SOURCES = ("pyproject.toml", "README.md", "engine", "studies", "slurm")
 
 
-def _pip(*args, cwd=None):
+def _pip(*args, cwd=None) -> str:
+    """pip's output (stdout and stderr), once it succeeded."""
     out = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    return out.stdout + out.stderr
 
 
 def _can_build_wheels() -> bool:
@@ -36,8 +39,8 @@ def _can_build_wheels() -> bool:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """(wheel, folder the wheel is installed into): the dependencies are this
-    environment's, only rollsweep itself comes from the wheel."""
+    """(wheel, folder the wheel is installed into, the build's output): the
+    dependencies are this environment's, only rollsweep itself comes from the wheel."""
     if not _can_build_wheels():
         pytest.skip("building a wheel needs setuptools >= 70.1 (the test extra) or the wheel package")
     base = tmp_path_factory.mktemp("wheel")
@@ -48,10 +51,10 @@ def installed(tmp_path_factory):
             shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.zarr"))
         else:
             shutil.copy2(ROOT / name, source / name)
-    _pip("wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(base / "dist"), str(source))
+    build = _pip("wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(base / "dist"), str(source))
     (wheel,) = (base / "dist").glob("rollsweep-*.whl")
     _pip("install", "--no-deps", "-q", "--target", str(base / "site"), str(wheel))
-    return wheel, base / "site"
+    return wheel, base / "site", build
 
 
 # The environment's editable install of the checkout answers imports of its
@@ -75,18 +78,40 @@ def _rollsweep(site: pathlib.Path, cwd: pathlib.Path, *args) -> subprocess.Compl
 
 
 def test_wheel_ships_every_package_of_the_checkout(installed):
-    wheel, _ = installed
+    wheel, _, _ = installed
     names = set(zipfile.ZipFile(wheel).namelist())
     packages = [p.relative_to(ROOT) for top in ("engine", "studies") for p in (ROOT / top).rglob("__init__.py")]
     assert packages and not [str(p) for p in packages if str(p) not in names]
 
 
 def test_wheel_ships_job_templates_not_the_harness(installed):
-    wheel, _ = installed
+    wheel, _, _ = installed
     names = zipfile.ZipFile(wheel).namelist()
     assert "engine/slurm_templates/array.sbatch" in names and "engine/slurm_templates/check.sbatch" in names
     assert not [n for n in names if n.endswith(("start-local-slurm.sh", "slurm.conf.example"))]
     assert any(n.startswith("studies/pingpong/demo/") and n.endswith(".toml") for n in names)
+
+
+def test_wheel_ships_every_demo_and_data_file(installed):
+    """The studies' demo sweeps and data, read through importlib.resources."""
+    wheel, _, _ = installed
+    names = set(zipfile.ZipFile(wheel).namelist())
+    files = [p.relative_to(ROOT).as_posix() for folder in ("demo", "data")
+             for p in (ROOT / "studies").glob(f"*/{folder}/**/*.*") if "__pycache__" not in p.parts]
+    assert files and not [f for f in files if f not in names]
+
+
+# A build backend's warning, as Python prints it (`BuildBackendWarning: Package
+# 'studies.bicycle.data' is absent from the packages configuration`, in a 40-line
+# box); pip's own notes are "WARNING:", about this machine's index, not the build.
+BACKEND_WARNING = re.compile(r"\w+Warning: .*")
+
+
+def test_wheel_builds_without_warnings(installed):
+    """`make demo`'s editable install runs the same build steps: each warning
+    would be a box of lines in the set-up's output a new user reads."""
+    _, _, build = installed
+    assert not BACKEND_WARNING.findall(build), build[:3000]
 
 
 def _found_only_through_pythonpath(names=("numpy", "jax", "diffrax", "xarray", "zarr", "dask", "distributed")):
@@ -104,7 +129,7 @@ ONLY_THROUGH_PYTHONPATH = _found_only_through_pythonpath()
                     reason="the installed wheel runs with PYTHONPATH = its folder alone, and this environment has "
                            f"{', '.join(ONLY_THROUGH_PYTHONPATH)} only through PYTHONPATH (benchmarks/gpu_install.sh)")
 def test_installed_wheel_submits_dry_run_from_outside_the_checkout(installed, tmp_path):
-    _, site = installed
+    _, site, _ = installed
     probe = _python(site, tmp_path, "import engine.solve; print(engine.__file__); print(engine.solve.__file__)")
     assert probe.returncode == 0 and all(pathlib.Path(f).is_relative_to(site) for f in probe.stdout.split()), (
         probe.stdout + probe.stderr)

@@ -50,6 +50,27 @@ def regime_figures(ds) -> dict:
     return {"regime": fig}
 
 
+def bounce_figures(ds) -> dict:
+    """Outgoing velocity and spin of each model along one swept parameter (the
+    demo's incoming spin wy), with where the ball leaves rolling shaded."""
+    import matplotlib.pyplot as plt
+    along = [d for d in ds["out_vx"].dims if d != "model"]
+    if "model" not in ds.dims or len(along) != 1:
+        return {}
+    (x,) = along
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    for ax, name in zip(axes, ("out_vx", "out_wy"), strict=True):
+        for model in ds["model"].values:
+            ds[name].sel(model=model).plot(ax=ax, x=x, label=MODEL_NAMES[int(model)])
+        rolling = (ds["regime"].sel(model=ds["model"].values[0]) == 0).values
+        ax.fill_between(ds[x].values, 0, 1, where=rolling, transform=ax.get_xaxis_transform(), color="0.9",
+                        label="rolling (first model)")
+        ax.set_title("")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Table bounce by model: outgoing vx and wy (shaded: the ball leaves rolling)", fontsize=10)
+    return {"bounce": fig}
+
+
 def table1_figures(ds) -> dict:
     """Error of each model per component against the 12 measured bounces."""
     import matplotlib.pyplot as plt

@@ -20,7 +20,7 @@ from ._bounce import (
     table_bounce_components,
     to_racket,
 )
-from ._figures import regime_figures, table1_figures
+from ._figures import bounce_figures, regime_figures, table1_figures
 from ._fit import PAPER_FRICTION, PAPER_RESTITUTION, learned_coefficients, load_table1
 
 SPEED = Interval(-50.0, 50.0)
@@ -207,6 +207,8 @@ REBOUND = Study(
     ),
     outputs=_bounce_outputs(),
     solve_point=solve_rebound,
+    figures=bounce_figures,
+    demo_configs={"rebound_spin": _DEMOS["rebound_spin"]},
     batch_size=CLOSED_FORM_BATCH,
 )
 

@@ -1,0 +1,71 @@
+"""`rollsweep demo`'s output, read by a new user after `make demo`: one line a
+sweep and a closing summary, no progress bars; every shipped study has a demo."""
+
+import jax.numpy as jnp
+import pytest
+
+import engine.study.interface
+from engine import Interval, Output, Parameter, PointResult, Status, Study
+from engine.cli.demo import run_demo
+from engine.study.interface import available_studies
+
+
+def _solve(p, settings):
+    return PointResult(outputs={"y": 2 * p["a"]}, status=jnp.asarray(Status.SUCCESS, jnp.int8))
+
+
+def _figures(ds):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ds["y"].plot(ax=ax)
+    return {"line": fig}
+
+
+def _sweep(name, points):
+    return (f'study = "doubler"\n[axes]\na = {{ linspace = [0.0, 1.0, {points}] }}\n'
+            f'[run]\nshard_size = 4\nexecutor = "inline"\nout = "{name}.zarr"\n')
+
+
+DOUBLER = Study(
+    name="doubler", title="twice a", source="tests", version="1",
+    parameters=(Parameter("a", "1", 0.5, Interval(0.0, 1.0), "the input"),),
+    outputs=(Output("y", "1", "twice a"),), solve_point=_solve, figures=_figures,
+    demo_configs={"small": _sweep("small", 5), "larger": _sweep("larger", 9)},
+)
+
+
+@pytest.fixture
+def doubler(monkeypatch):
+    """DOUBLER registered (plot_cube finds a cube's study by its name)."""
+    registered = {"doubler": lambda: DOUBLER}
+    monkeypatch.setattr(engine.study.interface, "_registered", lambda: registered)
+    return registered
+
+
+def test_demo_prints_one_line_a_sweep_and_a_summary(doubler, tmp_path, capsys):
+    written = run_demo(tmp_path / "demo", studies=doubler)
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert len(lines) == 3, out  # two sweeps, the summary
+    assert lines[0].startswith("larger: 9 points in ") and lines[0].endswith(" -> larger_line.png")
+    assert lines[1].startswith("small: 5 points in ") and lines[1].endswith(" -> small_line.png")
+    assert lines[2].startswith(f"demo: 2 sweeps, 14 points, 2 figures in {tmp_path / 'demo'}/ ("), lines[2]
+    assert err == "", err  # no progress bar: its redrawn lines would outnumber the rest
+    assert sorted(p.name for p in written) == ["larger_line.png", "small_line.png"]
+
+
+def test_every_shipped_study_has_a_demo_sweep_and_figures():
+    """The README says `make demo` runs every study's demo sweeps."""
+    shipped = {name: load() for name, load in available_studies().items()
+               if load.__self__.value.startswith("studies.")}  # an entry point's "module:attribute"
+    assert {"pingpong", "bicycle", "rebound", "hoop"} <= set(shipped)
+    assert not [name for name, study in shipped.items() if not study.demo_configs or study.figures is None]
+
+
+def test_rebound_demo_draws_its_figure(tmp_path, capsys):
+    """The rebound study's own demo: the table bounce by model against incoming spin."""
+    rebound = {"rebound": available_studies()["rebound"]}
+    written = run_demo(tmp_path, executor="inline", studies=rebound)
+    assert [p.name for p in written] == ["rebound_spin_bounce.png"]
+    assert capsys.readouterr().out.splitlines()[0].startswith("rebound_spin: 363 points in ")
