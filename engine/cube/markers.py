@@ -1,6 +1,8 @@
 """A store's markers (`_rollsweep/` inside it): a done marker per shard written
-(its points, failures, device and the checksums of its arrays), a failed
-marker per shard whose task raised, and the SLURM folder.
+(its points, failures, device, the checksums of its arrays, the study's code
+that solved it and how: engine.runner.shard), a failed marker per shard whose
+task raised, the cube's identity (how its shards are solved: one way for the
+whole cube, engine.cube.provenance.identity) and the SLURM folder.
 
 A marker is written to a temporary name and renamed into place: it is either
 absent or whole. A marker that cannot be read (a disk that filled up, a hand
@@ -15,6 +17,7 @@ import uuid
 MARKERS = "_rollsweep"
 GRID, CRITICAL = "grid", "critical"
 KINDS = (GRID, CRITICAL)
+IDENTITY = "identity.json"
 
 
 def _write_json(final: pathlib.Path, content: dict) -> None:
@@ -88,6 +91,37 @@ class Markers:
                 content = _read_json(p)
                 markers[int(p.stem)] = content if isinstance(content, dict) else None
         return markers
+
+    @property
+    def identity_path(self) -> pathlib.Path:
+        return self.folder / IDENTITY
+
+    def identity(self) -> dict | None:
+        """How the cube's shards are solved (None: not recorded yet)."""
+        content = _read_json(self.identity_path)
+        return content if isinstance(content, dict) else None
+
+    def claim_identity(self, identity: dict) -> dict:
+        """Record `identity` as how the cube's shards are solved, unless one is
+        recorded already; returns the one on record. Of processes claiming at
+        once (SLURM array tasks starting together), one records its own and the
+        others read it: a hard link to a whole file never replaces one (a file
+        that cannot be read, a hand edit, is replaced)."""
+        final = self.identity_path
+        tmp = final.with_suffix(f".tmp-{uuid.uuid4().hex[:8]}")
+        tmp.write_text(json.dumps(identity))
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            if self.identity() is None:
+                os.replace(tmp, final)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return self.identity() or identity
+
+    def forget_identity(self) -> None:
+        """No shard is done: the next run records its own."""
+        self.identity_path.unlink(missing_ok=True)
 
     def failed(self) -> list[dict]:
         """The failed markers' contents (kind, shard, error)."""

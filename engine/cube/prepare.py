@@ -1,78 +1,287 @@
 """A run's store made ready: owned, then created, or checked and repaired for
-resuming."""
+resuming.
 
+A cube is one identity: its config (the config hash), how its shards are
+solved (its identity, engine.cube.provenance: solver, points a call and at a
+time, device, packages) and the study's code that solved each shard (its done
+marker's `code`). A run that would solve otherwise is refused in one line
+naming the key; one whose study's code changed solves again the shards with
+failed points, keeps the others, and the cube says that it mixes codes.
+"""
+
+import collections
+import hashlib
+import json
 import pathlib
 import shutil
+import tomllib
 
 from engine.cube.lock import acquire, release
 from engine.cube.markers import KINDS
 from engine.cube.store import Cube
-from engine.cube.verify import repair
+from engine.cube.verify import MIXED, repair, shard_code
 from engine.errors import StoreError
-from engine.study.source import study_fingerprint
+from engine.study.source import code_fingerprint
 from engine.sweep.config import Sweep, check_out
 
+_AGAIN = "or use --overwrite to solve it all again"
 
-def prepare(sweep: Sweep, path, overwrite: bool = False, devices: str = "unrecorded") -> tuple[Cube, str]:
+
+def prepare(sweep: Sweep, path, overwrite: bool = False, devices: str = "unrecorded",
+            identity: dict | None = None) -> tuple[Cube, str]:
     """Own the store, then create it, or check that an existing one belongs to this
     config and drop the done markers of shards whose data is damaged.
 
     Ownership (`locked`) is taken before anything is created or replaced and is
     kept by this process: the `locked(path)` block that follows (the run) takes
     it over and releases it at its end. `devices`: where the run solves (for the
-    cube's provenance: engine.solve.device.devices_name). Returns the cube and
-    "created" or "resumed" (with what changed).
+    cube's provenance: engine.solve.device.devices_name). `identity`: how this
+    run solves the points (engine.cube.provenance.identity) where it solves
+    them itself: recorded as the cube's, or refused where the cube's differs;
+    None where others solve them (SLURM array tasks, a cluster's workers), each
+    recording or comparing its own as it starts (engine.runner.execute.pinned_plan).
+    Returns the cube and "created" or "resumed" (with what changed).
     """
     path = pathlib.Path(path)
     check_out(path, sweep.file, "run.out")
     path.parent.mkdir(parents=True, exist_ok=True)
     took = acquire(path, handover=True)
     try:
-        return _prepare_owned(sweep, path, overwrite, devices)
+        return _prepare_owned(sweep, path, overwrite, devices, identity)
     except BaseException:
         if took:  # refused or interrupted: the run that would take it over never starts
             release(path)
         raise
 
 
-def _prepare_owned(sweep: Sweep, path: pathlib.Path, overwrite: bool, devices: str) -> tuple[Cube, str]:
-    _remove_leftovers(path)
-    if not path.exists():
-        return Cube.create(sweep, path, devices), "created"
+def existing(sweep: Sweep, path, overwrite: bool = False) -> Cube | None:
+    """The cube at `path` that this sweep resumes, its config checked (StoreError
+    where it is another's), or None where a run creates one (nothing there, or
+    --overwrite). Read without owning the store: for a run to plan by the cube's
+    identity before it prepares it."""
+    path = pathlib.Path(path)
+    if overwrite or not path.exists():
+        return None
     cube = Cube(path, sweep)
     attrs = cube.attrs
-    found = attrs.get("config_hash")
-    if found is None:
-        raise StoreError(f"{path}: exists and is not a rollsweep cube; choose another --out")
+    _check_is_cube(path, attrs)
+    _check_config(cube, attrs)
+    return cube
+
+
+def _prepare_owned(sweep: Sweep, path: pathlib.Path, overwrite: bool, devices: str,
+                   identity: dict | None) -> tuple[Cube, str]:
+    _remove_leftovers(path)
+    if not path.exists():
+        return _created(sweep, path, devices, identity), "created"
+    cube = Cube(path, sweep)
+    attrs = cube.attrs
+    _check_is_cube(path, attrs)
     if overwrite:  # afresh, whatever the store holds: the way to solve every point again
-        return Cube.create(sweep, path, devices), "created"
-    if found != sweep.config_hash:
-        raise StoreError(
-            f"{path}: holds a cube of another config (hash {found[:12]}, this config "
-            f"{sweep.config_hash[:12]}); use --overwrite to replace it or choose another --out"
-        )
+        return _created(sweep, path, devices, identity), "created"
+    _check_config(cube, attrs)
     cube.check_format(attrs)
     repair(cube)
-    return cube, _resume_after_study_change(cube, attrs.get("study_fingerprint"))
+    if solves_something(cube):  # a complete cube is reported as it is, however this run would solve
+        _claim(cube, identity)  # refused here, nothing is dropped below
+    return cube, _resume_after_study_change(cube, attrs)
 
 
-def _resume_after_study_change(cube: Cube, made_by: str | None) -> str:
-    """Where the study's code changed since the cube was made (a fix, say), the
-    shards with failed points are solved again with the new code; the points that
-    succeeded are kept (--overwrite solves them all again)."""
-    now = study_fingerprint(cube.sweep.study)
-    if made_by == now:
-        return "resumed"
-    again = 0
+def _created(sweep: Sweep, path: pathlib.Path, devices: str, identity: dict | None) -> Cube:
+    cube = Cube.create(sweep, path, devices)
+    _claim(cube, identity)
+    return cube
+
+
+def _check_is_cube(path: pathlib.Path, attrs: dict) -> None:
+    if attrs.get("config_hash") is None:
+        raise StoreError(f"{path}: exists and is not a rollsweep cube; choose another --out")
+
+
+# ---- the config
+
+def _check_config(cube: Cube, attrs: dict) -> None:
+    """Refuse a cube of another config, naming the first key that differs where
+    the cube's own config can be read back."""
+    sweep, found = cube.sweep, attrs["config_hash"]
+    if found == sweep.config_hash or found in _hashes_with_other_solver(sweep, attrs):
+        return
+    key = _differing_key(cube.path, sweep)
+    raise StoreError(
+        f"{cube.path}: holds a cube of another config ({f'{key} differs; ' if key else ''}hash {found[:12]}, this "
+        f"config {sweep.config_hash[:12]}); use --overwrite to replace it or choose another --out"
+    )
+
+
+def _hashes_with_other_solver(sweep: Sweep, attrs: dict) -> set[str]:
+    """This sweep's config hash with its batch solver written otherwise: left
+    out, or as the cube's config wrote it. The solver is compared resolved, with
+    the cube's identity (_claim): writing down the engine's choice, or leaving
+    out what the cube was solved by, is no other config."""
+    written = {None, sweep.batch_solver, _batch_solver_written(attrs.get("config", ""))}
+    canonical = sweep.canonical()
+    canonical.pop("batch_solver", None)
+    return {_hash(canonical | ({"batch_solver": solver} if solver else {})) for solver in written}
+
+
+def _hash(canonical: dict) -> str:
+    # As Sweep.config_hash hashes Sweep.canonical().
+    return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
+
+
+def _batch_solver_written(config: str) -> str | None:
+    """`run.batch_solver` as a cube's config text writes it (None: not written, or unreadable)."""
+    try:
+        written = tomllib.loads(config).get("run", {}).get("batch_solver")
+    except (tomllib.TOMLDecodeError, AttributeError):
+        return None
+    return written if isinstance(written, str) else None
+
+
+# Sweep.canonical's keys as a sweep file names them.
+_FILE_KEYS = {"shard_size": "run.shard_size"}
+
+
+def _differing_key(path: pathlib.Path, sweep: Sweep) -> str | None:
+    """The first key of the sweep file whose value differs from the cube's own
+    config's (None where that cannot be read back: a moved parameter_file, a
+    study whose parameters changed)."""
+    try:
+        made = Cube(path).sweep.canonical()
+    except Exception:  # noqa: BLE001 - any failure to read it back: the refusal names the hashes alone
+        return None
+    wanted = sweep.canonical()
+    for key in ("study", "outputs", "parameters", "axes", "solver", "critical", "shard_size"):
+        old, new = made.get(key), wanted.get(key)
+        if old == new:
+            continue
+        if key == "axes":
+            names = [axis[0] for axis in new]
+            return next((f"axes.{name}" for name, a, b in zip(names, old, new, strict=False) if a != b), key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            return next((f"{key}.{k}" for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)), key)
+        return _FILE_KEYS.get(key, key)
+    return None
+
+
+# ---- how the shards are solved
+
+def solves_something(cube: Cube) -> bool:
+    """Whether a run of the cube's sweep solves any shard: one is pending, or
+    one with failed points was solved by another code than this process's
+    (solved again: _resume_after_study_change)."""
+    now, made_by = code_fingerprint(cube.sweep.study), cube.attrs.get("study_fingerprint")
     for kind in KINDS:
-        for shard, marker in cube.markers.read(kind).items():
-            if marker is not None and marker.get("failed", 0) > 0:
-                cube.markers.drop_done(kind, shard)
-                again += 1
-    # Recorded once its shards are pending: an interruption from here on loses nothing.
-    cube.set_attribute("study_fingerprint", now)
-    return (f"resumed; the study's code changed since this cube was made ({(made_by or 'unknown')[:12]} -> "
-            f"{now[:12]}): {again} shards with failed points solved again, the others kept (--overwrite: all)")
+        layout = cube.layout(kind)
+        if layout is None:
+            continue
+        markers = cube.markers.read(kind)
+        if len(markers) < layout.n_shards or any(
+                m is not None and m.get("failed", 0) > 0 and shard_code(m, made_by) != now for m in markers.values()):
+            return True
+    return False
+
+
+def _claim(cube: Cube, wanted: dict | None) -> None:
+    """Record `wanted` as the cube's identity, or refuse where the one recorded
+    differs (one line naming the key). A cube without a done shard takes this
+    run's: nothing solved holds it to another."""
+    if wanted is None:
+        return
+    if not cube.markers.any_done():
+        cube.markers.forget_identity()
+    difference = identity_difference(cube.markers.claim_identity(wanted), wanted, cube.sweep)
+    if difference:
+        raise StoreError(f"{cube.path}: holds a cube of another config: {difference}")
+
+
+def identity_difference(recorded: dict | None, wanted: dict, sweep: Sweep) -> str | None:
+    """The first way a run solving as `wanted` would solve the cube's points
+    otherwise than `recorded` (the cube's identity), as one line naming the key,
+    the two values and what to do; None where it would not. What `recorded`
+    lacks (a cube made before it was recorded) is not compared."""
+    if not recorded:
+        return None
+    if recorded.get("device", wanted["device"]) != wanted["device"]:
+        return (f"device: this cube was solved on {recorded['device']}, this run solves on {wanted['device']}; "
+                f"resume it on {recorded['device']}, {_AGAIN}")
+    for name, version in sorted(recorded.get("versions", {}).items()):
+        if wanted["versions"].get(name) != version:
+            return (f"{name}: this cube was solved with {name} {version}, this run has "
+                    f"{wanted['versions'].get(name, 'none')}; resume it with {name} {version}, {_AGAIN}")
+    if recorded.get("solver", wanted["solver"]) != wanted["solver"]:
+        verb = "asks for" if sweep.batch_solver else "would use"
+        return (f"run.batch_solver: this cube was solved by the {recorded['solver']} solver, this run {verb} "
+                f"{wanted['solver']}; set batch_solver = \"{recorded['solver']}\" to resume it, {_AGAIN}")
+    if any(recorded.get(key, wanted[key]) != wanted[key] for key in ("batch", "width")):
+        return _batch_difference(recorded, wanted, sweep)
+    return None
+
+
+def _batch_difference(recorded: dict, wanted: dict, sweep: Sweep) -> str:
+    """The line for points a call or at a time that differ (where the cube
+    records them; the width follows the batch: the sweep sets only the batch)."""
+    batch, width = recorded.get("batch", wanted["batch"]), recorded.get("width", wanted["width"])
+
+    def calls(batch: int, width: int) -> str:
+        return f"{batch:,} points a call ({width:,} at a time)"
+
+    runs = calls(wanted["batch"], wanted["width"])
+    asks = f"asks for {sweep.batch_size:,}: {runs}" if sweep.batch_size else f"would use {runs}"
+    return (f"run.batch_size: this cube was solved with {calls(batch, width)}, this run {asks}; remove "
+            f"batch_size or set it to {batch} to resume it as it was solved, {_AGAIN}")
+
+
+# ---- the study's code
+
+def _resume_after_study_change(cube: Cube, attrs: dict) -> str:
+    """Where the study's code changed since shards were solved (a fix, say), the
+    shards with failed points that another code solved are solved again with this
+    one; the others are kept (--overwrite solves them all again). Each shard's
+    done marker names the code that solved it, and the cube's `study_fingerprint`
+    attribute names one code only while every shard, solved or to solve, is that
+    code's ("mixed" otherwise, and `study_fingerprints` lists them)."""
+    now, made_by = code_fingerprint(cube.sweep.study), attrs.get("study_fingerprint")
+    again, older, kept, pending = 0, set(), collections.Counter(), False
+    for kind in KINDS:
+        layout = cube.layout(kind)
+        if layout is None:
+            continue
+        markers = cube.markers.read(kind)
+        pending |= len(markers) < layout.n_shards
+        for shard, marker in markers.items():
+            code = shard_code(marker, made_by)
+            if code != now:
+                older.add(code)
+            if code != now and marker is not None and marker.get("failed", 0) > 0:
+                cube.markers.drop_done(kind, shard)  # recorded before it is solved: a kill here loses nothing
+                again, pending = again + 1, True
+            else:
+                kept[code] += 1
+    codes = set(kept) | ({now} if pending else set())
+    _record_codes(cube, codes, attrs)
+    if not older:
+        return "resumed"
+    mixed = len(codes) > 1
+    return (f"resumed; the study's code changed since this cube was made ({', '.join(sorted(c[:12] for c in older))}"
+            f" -> {now[:12]}): {again} shards with failed points solved again, "
+            f"{sum(n for code, n in kept.items() if code != now)} kept as the older code solved them"
+            + ("; the cube now mixes codes (rollsweep status counts its shards by code)" if mixed else "")
+            + " (--overwrite: all)")
+
+
+def _record_codes(cube: Cube, codes: set[str], attrs: dict) -> None:
+    """The cube's attributes name the code of its shards: one, or "mixed" and
+    the list (written only where they change)."""
+    if not codes:
+        return
+    single = next(iter(codes)) if len(codes) == 1 else MIXED
+    if single == MIXED or attrs.get("study_fingerprints") is not None:
+        listed = sorted(codes)
+        if attrs.get("study_fingerprints") != listed:
+            cube.set_attribute("study_fingerprints", listed)
+    if attrs.get("study_fingerprint") != single:
+        cube.set_attribute("study_fingerprint", single)
 
 
 def _remove_leftovers(path: pathlib.Path) -> None:

@@ -6,7 +6,7 @@ from engine.cube.devices import describe_devices
 from engine.cube.lock import writer
 from engine.cube.markers import CRITICAL, GRID
 from engine.cube.store import Cube
-from engine.cube.verify import check_shards
+from engine.cube.verify import by_code, by_identity, check_shards, shards_by_code, shards_by_identity
 from engine.study.status import Status
 from engine.sweep.layout import layouts
 
@@ -23,6 +23,7 @@ class Progress:
     damaged: list = dataclasses.field(default_factory=list)  # what verify finds, one line each
     devices: str = ""  # which devices solved the done shards, one line
     writer: str | None = None  # "pid N on HOST" of the run writing the cube now, if one is
+    solved: list = dataclasses.field(default_factory=list)  # by which code and how the done shards were solved
 
     @property
     def complete(self) -> bool:
@@ -40,6 +41,7 @@ class Progress:
         lines.append(f"failed points    {self.failed_points:,}")
         if self.devices:
             lines.append(self.devices)
+        lines += self.solved
         lines += [f"  {name:<14} {count:,}" for name, count in self.status_counts.items()]
         lines += [f"failed {f['kind']} shard {f['shard']}: {f['error']}" for f in self.failed]
         lines += [f"damaged {line} (solved again by the next run)" for line in self.damaged]
@@ -71,4 +73,17 @@ def progress(path) -> Progress:
             points_done = sum(m.get("points", 0) for m in markers.values())
     counts = {s.name.lower(): check.status_counts[s] for s in Status if check.status_counts.get(s)}
     return Progress(sweep.study.name, shards, points_done, grid.n_points, failed, counts, cube.markers.failed(),
-                    check.problems(), describe_devices(cube.markers), running)
+                    check.problems(), describe_devices(cube.markers), running,
+                    solved_lines(check.markers, cube.attrs.get("study_fingerprint")))
+
+
+def solved_lines(markers: dict, made_by: str | None) -> list[str]:
+    """Which code solved the done shards (`markers`: kind -> {shard: marker}),
+    and how: one line each, saying "mixed" where they disagree."""
+    codes, identities = shards_by_code(markers, made_by), shards_by_identity(markers)
+    if not codes:
+        return []
+    code = next(iter(codes))
+    return [f"{'code':<16} " + (f"{by_code(codes)} (mixed)" if len(codes) > 1 else code[:12]),
+            f"{'solved with':<16} " + (f"{by_identity(identities)} (mixed)" if len(identities) > 1
+                                        else next(iter(identities)))]

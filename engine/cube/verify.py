@@ -6,6 +6,7 @@ marker recorded when the shard was written. A run on the cube drops the
 markers of the shards found damaged (`repair`), so they are solved again.
 """
 
+import collections
 import dataclasses
 import math
 
@@ -13,6 +14,7 @@ import numpy as np
 
 from engine.cube.chunks import digest
 from engine.cube.markers import GRID
+from engine.cube.provenance import describe_identity
 from engine.cube.store import Cube, quiet_zarr
 from engine.cube.structure import kind_arrays
 from engine.study.status import Status
@@ -20,6 +22,9 @@ from engine.study.status import Status
 # Values read at once while checking: block rows of shards are read together (one
 # read per shard took ~1 ms each), up to this many values.
 SLAB_VALUES = 4_000_000
+# The cube's study_fingerprint attribute while its shards were solved by several
+# codes (its study_fingerprints attribute lists them).
+MIXED = "mixed"
 
 
 @dataclasses.dataclass
@@ -112,6 +117,52 @@ def check_shards(cube: Cube) -> ShardCheck:
     return ShardCheck(damaged, sound, counts)
 
 
+def shard_code(marker: dict | None, made_by: str | None) -> str:
+    """The fingerprint of the study's code that solved a shard: its done
+    marker's; for a marker written before markers recorded it, the cube's
+    `made_by` (its study_fingerprint attribute, which then named one code for
+    every shard)."""
+    code = (marker or {}).get("code")
+    if code:
+        return code
+    return made_by if made_by and made_by != MIXED else "unknown"
+
+
+def shards_by_code(markers: dict, made_by: str | None) -> collections.Counter:
+    """Shards by the fingerprint of the code that solved them; `markers`: kind ->
+    {shard: done marker}."""
+    return collections.Counter(shard_code(m, made_by) for shards in markers.values() for m in shards.values())
+
+
+def shards_by_identity(markers: dict) -> collections.Counter:
+    """Shards by how they were solved (engine.cube.provenance.describe_identity)."""
+    return collections.Counter(describe_identity((m or {}).get("solved_with"))
+                               for shards in markers.values() for m in shards.values())
+
+
+def by_code(counts: collections.Counter) -> str:
+    """e.g. "28 shards solved by code e72a55a69714, 12 by code 6a3893daf359"."""
+    (code, n), *others = counts.most_common()
+    return ", ".join([f"{_shards(n)} solved by code {code[:12]}"] + [f"{m:,} by code {c[:12]}" for c, m in others])
+
+
+def by_identity(counts: collections.Counter) -> str:
+    """e.g. "18 shards solved with lanes, 32,768 points a call, ...; 32 with lanes, 16 points a call, ..."."""
+    (described, n), *others = counts.most_common()
+    return "; ".join([f"{_shards(n)} solved with {described}"] + [f"{m:,} with {d}" for d, m in others])
+
+
+def _shards(n: int) -> str:
+    return f"{n:,} shard{'s' * (n != 1)}"
+
+
+def mixing(markers: dict, attrs: dict) -> list[str]:
+    """One line for each way the done shards (`markers`: kind -> {shard: marker})
+    disagree, by code and by how they were solved; empty while they agree."""
+    codes, identities = shards_by_code(markers, attrs.get("study_fingerprint")), shards_by_identity(markers)
+    return ([by_code(codes)] if len(codes) > 1 else []) + ([by_identity(identities)] if len(identities) > 1 else [])
+
+
 def repair(cube: Cube) -> dict:
     """Drop the done markers of damaged shards, so that this run solves them again.
     Returns the damaged shards by kind."""
@@ -131,19 +182,25 @@ class Verdict:
     shards_done: int  # sound done shards, grid and critical
     shards_total: int
     writer: str | None  # "pid N on HOST" of the run writing it now, if one is
+    mixed: list = dataclasses.field(default_factory=list)  # how its done shards disagree (mixing), one line each
 
     @property
     def partial(self) -> bool:
         return self.shards_done < self.shards_total
 
     def summary(self) -> str:
-        """One line: sound, partial, or how many problems (and who writes it now)."""
+        """One line: sound, partial, or how many problems (and who writes it now),
+        and how its shards disagree where they do (solved by two codes, say)."""
         if self.problems:
             line = f"{len(self.problems)} problems"
         elif self.partial:
             line = f"partial: {self.shards_done:,} / {self.shards_total:,} shards done, each as written"
         else:
-            return "sound"
+            line = "sound"
+        if self.mixed:
+            line += f", but mixed: {'; '.join(self.mixed)}"
+        if not self.problems and not self.partial:
+            return line
         if self.writer:
             return f"{line}; a run is writing it now ({self.writer})"
         return f"{line}; run the same command again to {'repair' if self.problems else 'finish'} it"
@@ -179,4 +236,4 @@ def examine(path) -> Verdict:
     check = check_shards(cube)
     total = sum(layout.n_shards for layout, _ in kind_arrays(sweep).values())
     done = sum(len(markers) for markers in check.markers.values())
-    return Verdict(problems + check.problems(), done, total, running)
+    return Verdict(problems + check.problems(), done, total, running, mixing(check.markers, attrs))

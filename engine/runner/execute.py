@@ -23,13 +23,13 @@ import engine.stages as stages
 from engine._jax_setup import SINGLE_THREAD_XLA, check_device, configure, task_settings
 from engine.cube.lock import locked
 from engine.cube.markers import KINDS
-from engine.cube.prepare import prepare
+from engine.cube.prepare import existing, identity_difference, prepare, solves_something
 from engine.cube.store import Cube
-from engine.errors import ConfigError
+from engine.errors import ConfigError, StoreError
 from engine.runner.ahead import load_ahead_of_run
 from engine.runner.cost import check_memory, fits_in_memory, plan_for
 from engine.runner.pipeline import held, pipelined, pipelined_results
-from engine.runner.shard import record_failure, run_or_record
+from engine.runner.shard import record_failure, run_or_record, solved_with
 from engine.runner.tasks import Task, tasks_for
 from engine.solve._host_memory import forget_reused_arrays
 from engine.solve.base import Plan
@@ -224,15 +224,82 @@ def solving_threads(executor: str, workers: int, plan: Plan) -> int:
 
 
 # The plan of each sweep a worker process solves, made at its first task there:
-# one plan per solving process, from the worker's own device.
-_WORKER_PLANS: dict[str, Plan] = {}
+# one plan per solving process, from the worker's own device. By what of the
+# sweep makes a plan: sweeps of one config hash may ask for other batches.
+_WORKER_PLANS: dict[tuple, Plan] = {}
 
 
-def _worker_plan(sweep: Sweep) -> Plan:
-    plan = _WORKER_PLANS.get(sweep.config_hash)
+def _worker_plan(cube: Cube) -> Plan:
+    """The worker's plan, pinned to the cube's identity at every task (a file
+    read): a cluster's workers outlive a run, and the cube may have been made
+    again since (--overwrite)."""
+    sweep = cube.sweep
+    key = (sweep.config_hash, sweep.batch_size, sweep.batch_solver)
+    plan = _WORKER_PLANS.get(key)
     if plan is None:
-        plan = _WORKER_PLANS[sweep.config_hash] = plan_for(sweep)
+        plan = _WORKER_PLANS[key] = plan_for(sweep)
+    return pinned_plan(cube, plan)
+
+
+# ---- a cube is solved one way (its identity: engine.cube.prepare)
+
+def recorded_identity(cube: Cube) -> dict | None:
+    """How the cube's shards are solved: its markers' identity; for a cube whose
+    shards were solved before identities were recorded, the solver, points a
+    call and at a time its own config gives on this device (what a run here
+    used); None where nothing is recorded and no shard is done."""
+    found = cube.markers.identity()
+    if found is not None or not cube.markers.any_done():
+        return found
+    try:
+        made = solved_with(plan_for(Cube(cube.path).sweep))  # the config it was made with, read back
+    except Exception:  # noqa: BLE001 - it cannot be read back: nothing to hold the run to
+        return None
+    return {key: made[key] for key in ("solver", "batch", "width")}
+
+
+def resolved_plan(cube: Cube, plan: Plan, recorded: dict | None) -> Plan:
+    """`plan` (this process's) as the cube's identity `recorded` has it solve:
+    with the points a call and at a time the cube was solved with where the
+    sweep leaves them to the engine (another machine's choice can differ: a
+    GPU's follows its memory). StoreError in one line naming the key where the
+    two still differ (the device, a package's version, the solver, a batch the
+    sweep asks for)."""
+    if recorded is None:
+        return plan
+    sweep = cube.sweep
+    if sweep.batch_size is None and recorded.get("solver") == plan.solver.name and "batch" in recorded:
+        plan = dataclasses.replace(plan, batch=recorded["batch"], width=recorded.get("width", plan.width))
+    difference = identity_difference(recorded, solved_with(plan), sweep)
+    if difference:
+        raise StoreError(f"{cube.path}: holds a cube of another config: {difference}")
     return plan
+
+
+def pinned_plan(cube: Cube, plan: Plan) -> Plan:
+    """The plan this process solves the cube's shards with: `plan` resolved
+    against the cube's identity, recorded as the cube's where none is yet (of
+    processes that start at once, SLURM array tasks, one records its own and
+    the others are resolved against it)."""
+    recorded = cube.markers.identity()
+    if recorded is not None:
+        return resolved_plan(cube, plan, recorded)
+    plan = resolved_plan(cube, plan, recorded_identity(cube))  # a cube made before identities were recorded
+    return resolved_plan(cube, plan, cube.markers.claim_identity(solved_with(plan)))
+
+
+def _resumed_plan(sweep: Sweep, plan: Plan, overwrite: bool) -> Plan:
+    """The run's plan resolved against the identity of the cube it resumes,
+    before anything is compiled or written (a refusal leaves the store as it
+    was); unchanged for a cube it creates, one without a shard done, or one
+    it solves nothing of (complete: reported as it is)."""
+    try:
+        cube = existing(sweep, sweep.out, overwrite)
+    except StoreError:
+        return plan  # not this sweep's cube: refused where the store is prepared, under its lock
+    if cube is None or not cube.markers.any_done() or not solves_something(cube):
+        return plan
+    return resolved_plan(cube, plan, recorded_identity(cube))
 
 
 def _the_cube(cube: Cube) -> Cube:
@@ -246,7 +313,7 @@ def solve_task(cube: Cube, task: Task) -> dict:
     changed for this task's thread only while it runs."""
     with task_settings():
         check_device()
-        return call_on(_worker_device(), run_or_record, cube, _worker_plan(cube.sweep), task)
+        return call_on(_worker_device(), run_or_record, cube, _worker_plan(cube), task)
 
 
 @contextlib.contextmanager
@@ -360,11 +427,19 @@ def _run(sweep, executor, workers, scheduler, overwrite, progress, slurm, connec
         resources = resolve(sweep.slurm, slurm or {}, sweep.file)
     configure()  # before the plan: the programs its check compiles come from the compile cache too
     plan = plan or plan_for(sweep)  # the run's one plan: this process's device, solver and batch
+    # Where this process's plan is the one that solves (inline, or a local
+    # cluster's workers on this machine), the cube's identity is settled here,
+    # before anything is compiled or written; an existing cluster's or SLURM's
+    # workers plan on their own devices, and each settles it as it starts.
+    here = executor in ("inline", "local") and not scheduler
+    if here:
+        plan = _resumed_plan(sweep, plan, overwrite)
     workers = workers or sweep.workers or default_workers(executor, sweep, plan)
     check_memory(sweep, in_flight(executor, workers, plan), plan)
     load_ahead_of_run(sweep, plan, executor, overwrite)  # its compile overlaps the store's creation
     with stages.stage("store"):
-        cube, state = prepare(sweep, sweep.out, overwrite=overwrite, devices=devices_name(plan.device.platform))
+        cube, state = prepare(sweep, sweep.out, overwrite=overwrite, devices=devices_name(plan.device.platform),
+                              identity=solved_with(plan) if here else None)
     with locked(cube.path):
         report = _run_locked(cube, plan, state, executor, workers, scheduler, resources, progress)
         stages.current().enter("closing")  # the store released; left by run()
@@ -425,7 +500,18 @@ def inline_results(cube: Cube, plan: Plan, tasks, threads: int):
     """Tasks on `threads` threads of this process. A compiled call releases the
     GIL, so the threads share one compiled program (no per-process start-up or
     compile) and keep every core busy. On an accelerator a pipeline: this thread
-    feeds the devices, `threads` threads write (engine.runner.pipeline)."""
+    feeds the devices, `threads` threads write (engine.runner.pipeline).
+    `plan` is pinned to the cube's identity first (pinned_plan): where it cannot
+    be, every task's shards are recorded as failed with that one line (a SLURM
+    array task on a node unlike the others), and none is solved."""
+    if not tasks:
+        return
+    try:
+        plan = pinned_plan(cube, plan)
+    except StoreError as refusal:
+        for task in tasks:
+            yield record_failure(cube, task, refusal)
+        return
     if pipelined(plan.device):
         yield from pipelined_results(cube, plan, tasks, threads)
         return

@@ -16,15 +16,16 @@ import numpy as np
 
 import engine.stages as stages
 from engine.cube.markers import CRITICAL, GRID
+from engine.cube.provenance import identity
 from engine.cube.store import Cube
 from engine.cube.structure import critical_name
 from engine.runner.tasks import Task
 from engine.solve._host_memory import reused_arrays
 from engine.solve.base import Plan
 from engine.solve.critical import find_critical
-from engine.solve.device import device_name, on_platform
+from engine.solve.device import device_name, local_devices, on_platform
 from engine.solve.evaluate import call_room, evaluate, pad_last_call, queue_calls
-from engine.study.source import study_folder
+from engine.study.source import code_fingerprint, instruction_set, study_folder
 from engine.study.status import Status
 
 
@@ -78,7 +79,7 @@ def start_grid_task(cube: Cube, plan: Plan, task: Task):
             result = queued.result()
             flat = dict(result.outputs, status=result.status, num_steps=result.num_steps,
                         num_events=result.num_events)
-            return _finish(cube, task, result.status, begun - fed, _regions(grid, task, flat))
+            return _finish(cube, plan, task, result.status, begun - fed, _regions(grid, task, flat))
 
     return finish
 
@@ -101,17 +102,33 @@ def run_critical_task(cube: Cube, plan: Plan, task: Task) -> dict:
     # searched together find the roots they would find apart.
     roots, status = find_critical(output_at, c.bracket, c.target, c.xtol, task.points)
     name = critical_name(sweep)
-    return _finish(cube, task, status, start, _regions(layout, task, {name: roots, f"{name}_status": status}))
+    return _finish(cube, plan, task, status, start,
+                   _regions(layout, task, {name: roots, f"{name}_status": status}))
 
 
-def _finish(cube: Cube, task: Task, status, start, regions) -> dict:
+@functools.cache
+def _identity_device(platform: str) -> str:
+    """A plan's device as a cube's identity names it: a CPU with the
+    instruction set its programs are compiled for, an accelerator by its kind."""
+    if platform == "cpu":
+        return f"cpu ({instruction_set()})"
+    return f"{platform}:{local_devices(platform)[0].device_kind}"
+
+
+def solved_with(plan: Plan) -> dict:
+    """How `plan` solves a cube's points: its identity (engine.cube.provenance.identity)."""
+    return identity(plan.solver.name, plan.batch, plan.width, _identity_device(plan.device.platform))
+
+
+def _finish(cube: Cube, plan: Plan, task: Task, status, start, regions) -> dict:
     """Each shard's region written, then each shard marked done (the digests of
-    what it wrote, its points' failures and its share of the task's time), and
-    the task's report."""
+    what it wrote, its points' failures, its share of the task's time, the
+    study's code that solved it and how), and the task's report."""
     with stages.stage("writes"):
         digests = cube.write_regions(regions)
     seconds = time.perf_counter() - start
     solved_on = device_name()
+    code, how = code_fingerprint(cube.sweep.study), solved_with(plan)
     failed = 0
     for shard, points, shard_status, shard_digests in zip(
             task.shards, task.sizes, _by_shard(task, {"status": status}), digests, strict=True):
@@ -125,6 +142,8 @@ def _finish(cube: Cube, task: Task, status, start, regions) -> dict:
                 "failed": shard_failed,
                 "seconds": round(seconds * points / task.points, 6),
                 "device": solved_on,
+                "code": code,
+                "solved_with": how,
                 "digests": shard_digests,
             })
     return _report(task, solved=task.points, failed=failed, seconds=round(seconds, 6), device=solved_on)
