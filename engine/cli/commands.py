@@ -275,8 +275,7 @@ def _plot(args):
 def _demo(args):
     from engine.cli.demo import run_demo
 
-    for path in run_demo(pathlib.Path(args.out), workers=args.workers, executor=args.executor):
-        print(path)
+    run_demo(pathlib.Path(args.out), workers=args.workers, executor=args.executor)  # a line a sweep, a summary
 
 
 def _slurm_options(p, tasks_help):

@@ -17,8 +17,6 @@ import os
 import threading
 import time
 
-from tqdm.auto import tqdm
-
 import engine.stages as stages
 from engine._jax_setup import SINGLE_THREAD_XLA, check_device, configure, task_settings
 from engine.cube.lock import locked
@@ -29,6 +27,7 @@ from engine.errors import ConfigError, StoreError
 from engine.runner.ahead import load_ahead_of_run
 from engine.runner.cost import check_memory, fits_in_memory, plan_for
 from engine.runner.pipeline import held, pipelined, pipelined_results
+from engine.runner.progress import progress_bar
 from engine.runner.shard import record_failure, run_or_record, solved_with
 from engine.runner.tasks import Task, tasks_for
 from engine.solve._host_memory import forget_reused_arrays
@@ -453,7 +452,7 @@ def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources
     tasks = tasks_for(pending, plan, in_flight(executor, workers, plan))
     failed, failed_shards, solved, shards_done = 0, 0, 0, 0
     name = sweep.study.name
-    bar = tqdm(
+    bar = progress_bar(
         total=points,
         unit="pt",
         unit_scale=True,
