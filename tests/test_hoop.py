@@ -50,15 +50,22 @@ def quadrature_reference():
 
 REFERENCE = quadrature_reference()
 
+# The adaptive path's settings (test_adaptive_solver_path_matches_quadrature). The
+# fixed-step runs (step > 0) do not read them (studies/hoop/_study.solve_point runs
+# run_fixed(q) alone there): so every run of this file shares one compiled program.
+SETTINGS = SolverSettings(solver="Tsit5", rtol=1e-10, atol=1e-12, max_segments=16, max_steps=100000)
+
 
 def run(**overrides):
     columns = {k: np.array([v]) for k, v in (STUDY.defaults | overrides).items()}
-    result = evaluate(STUDY, SolverSettings(), columns, batch_size=1)
+    result = evaluate(STUDY, SETTINGS, columns, batch_size=1)
     return {k: v[0] for k, v in result.outputs.items()}, result.status[0]
 
 
 def test_study_quadrature_matches_independent_quadrature():
-    period, left, right = (float(x) for x in reference(*(jnp.asarray(v) for v in (A, B, R, G, 0.0, 1.0))))
+    import jax
+
+    period, left, right = (float(x) for x in jax.jit(reference)(*(jnp.asarray(v) for v in (A, B, R, G, 0.0, 1.0))))
     np.testing.assert_allclose([period, left, right], REFERENCE, rtol=1e-9)
 
 
@@ -110,10 +117,11 @@ def test_without_stabilisation_an_initial_error_drifts():
     assert stabilised["max_residual"] < 1e-8
 
 
-def test_turning_points_do_not_blow_up():
+def test_turning_points_do_not_blow_up(reference_case):
     """theta' passes through 0 at every turning point, where A(X) is singular: the
-    controls stay finite and smooth (energy error stays tiny across 4 turns)."""
-    out, status = run(stabilization=1e3, step=1e-5, duration=8.0)
+    controls stay finite and smooth (energy error stays tiny across 4 turns).
+    The reference case's run (lambda = 1e3, h = 1e-5, 8 s), shared."""
+    out, status = reference_case
     assert status == Status.SUCCESS and np.all(np.isfinite(out["residual_history"]))
 
 
@@ -135,8 +143,7 @@ def test_adaptive_solver_path_matches_quadrature():
     """step = 0: diffrax's adaptive solver on the engine's hybrid loop, turning
     points as events; period and turning points to the solver tolerance."""
     columns = {k: np.array([v]) for k, v in (STUDY.defaults | dict(step=0.0, duration=8.0)).items()}
-    settings = SolverSettings(solver="Tsit5", rtol=1e-10, atol=1e-12, max_segments=16, max_steps=100000)
-    result = evaluate(STUDY, settings, columns, batch_size=1)
+    result = evaluate(STUDY, SETTINGS, columns, batch_size=1)
     out = {k: v[0] for k, v in result.outputs.items()}
     assert result.status[0] == Status.SUCCESS
     period, left, right = REFERENCE
