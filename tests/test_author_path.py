@@ -99,12 +99,14 @@ def toy_sweep(folder, solver="", points=6, study="toy"):
 
 # 1. docs/writing-a-study.md: its packages build and its hybrid study runs, as written.
 
-GUIDE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "writing-a-study.md"
+REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
+GUIDE = REPOSITORY / "docs" / "writing-a-study.md"
 
 
-def _guide_blocks(language: str, containing: str) -> list[str]:
-    """The guide's fenced `language` blocks that contain `containing`."""
-    blocks = re.findall(rf"^```{language}\n(.*?)^```", GUIDE.read_text(), flags=re.M | re.S)
+def _guide_blocks(language: str, containing: str, *pages: pathlib.Path) -> list[str]:
+    """The fenced `language` blocks that contain `containing`, of the guide (or `pages`)."""
+    text = "".join(page.read_text() for page in pages or (GUIDE,))
+    blocks = re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.M | re.S)
     return [b for b in blocks if containing in b]
 
 
@@ -113,11 +115,11 @@ def test_guide_pyprojects_build_beside_a_results_folder(tmp_path):
     without an explicit package list, setuptools then found two top-level
     packages and `pip install -e .` failed. Built here as a wheel (the same
     discovery, no install)."""
-    pyprojects = _guide_blocks("toml", "[project]")
-    assert pyprojects
-    for text in pyprojects:
+    pyprojects = _guide_blocks("toml", "[project]", GUIDE, REPOSITORY / "README.md")
+    assert len(pyprojects) >= 2  # the guide's and the README's
+    for i, text in enumerate(pyprojects):
         name = re.search(r'^name = "(\w+)"', text, flags=re.M).group(1)
-        folder = tmp_path / name
+        folder = tmp_path / str(i) / name
         (folder / name).mkdir(parents=True)
         (folder / name / "__init__.py").write_text("")
         (folder / "pyproject.toml").write_text(text)
