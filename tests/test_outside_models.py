@@ -129,14 +129,14 @@ def test_condition_that_starts_at_zero(solver):
     """Launched upward from the ground (h = 0 at t = 0): the root at the start is
     not an impact; the first is at 2 v / G. Launched downward from the ground:
     the ball is at a root moving down, which is also not a crossing, so it falls
-    below ground until the horizon, which ends it unfound (no silent success)."""
+    below ground until the horizon (t_max, SETTINGS' own: the same compiled
+    program), which ends it unfound (no silent success)."""
     speeds = np.array([1.0, 3.0, 7.0])
     result = _solve(NATURAL, solver, _columns(NATURAL, height=0.0, speed=speeds, bounces=3.0))
     np.testing.assert_array_equal(result.status, Status.SUCCESS)
     expected = [impact_time(0.0, v, 0.8, 3) for v in speeds]
     np.testing.assert_allclose(result.outputs["last_impact"], expected, rtol=0, atol=TOLERANCE)
-    down = _solve(NATURAL, solver, _columns(NATURAL, height=0.0, speed=-1.0, bounces=3.0),
-                  SolverSettings(t_max=1.0))
+    down = _solve(NATURAL, solver, _columns(NATURAL, height=0.0, speed=-1.0, bounces=3.0))
     assert down.status[0] == Status.EVENT_NOT_FOUND and np.isnan(down.outputs["last_impact"][0])
 
 
