@@ -39,7 +39,8 @@ def test_lanes_that_reach_crossings_together_take_turns_to_locate_them():
     flushes and must come out the same."""
     q = np.full(24, 1.3)
     on_lanes = evaluate(STUDY, SETTINGS, _columns(q), batch_size=24, solver="lanes", width=8)
-    per_point = evaluate(STUDY, SETTINGS, _columns(q[:1]), batch_size=1, solver="vmapped")
+    # (The per-point solve of test_lanes_agree_with_the_per_point_solve: one compiled program.)
+    per_point = evaluate(STUDY, SETTINGS, _columns(q[:1]), batch_size=17, solver="vmapped")
     np.testing.assert_array_equal(on_lanes.status, Status.SUCCESS)
     np.testing.assert_array_equal(on_lanes.num_events, 2)
     for name, value in per_point.outputs.items():
@@ -65,11 +66,9 @@ def test_padding_past_count_is_not_solved_and_the_rest_is_unchanged():
     """A short last batch is padded to the compiled shape: the padding rows are
     not solved (no steps, still pending) and the real points come out exactly as
     in a batch of their own."""
-    point = _projectile()
     v = jnp.linspace(5.0, 20.0, 11)
     params = {"v": v, "g": jnp.full(v.shape, 9.81)}
-    solve = jax.jit(lambda p, count: solve_batch(point, p, SETTINGS, 4, count))
-    full, short = solve(params, 11), solve(params, 6)
+    full, short = _on_four_lanes(params, 11), _on_four_lanes(params, 6)
     np.testing.assert_array_equal(np.asarray(short.t[:6]), np.asarray(full.t[:6]))
     np.testing.assert_array_equal(np.asarray(short.num_steps[:6]), np.asarray(full.num_steps[:6]))
     np.testing.assert_array_equal(np.asarray(short.status[6:]), Status.PENDING)
@@ -119,11 +118,16 @@ def _projectile():
     return HybridPoint(system, start, finish)
 
 
+# The projectile on 4 lanes, `count` of its points solved: one compiled program for
+# the padding test and the crossings' (a whole batch: count = its length).
+_PROJECTILE = _projectile()
+_on_four_lanes = jax.jit(lambda p, count: solve_batch(_PROJECTILE, p, SETTINGS, 4, count))
+
+
 def test_the_earliest_of_several_crossings_fires_at_its_closed_form_time():
-    point = _projectile()
     v = jnp.linspace(5.0, 20.0, 11)
     g = 9.81
-    sol = jax.jit(lambda p: solve_batch(point, p, SETTINGS, 4))({"v": v, "g": jnp.full(v.shape, g)})
+    sol = _on_four_lanes({"v": v, "g": jnp.full(v.shape, g)}, v.size)
     # Down through height 1: 2 + v t - g t^2 / 2 = 1.
     expected = (v + jnp.sqrt(v**2 + 2 * g)) / g
     np.testing.assert_array_equal(np.asarray(sol.status), Status.SUCCESS)
