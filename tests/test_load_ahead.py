@@ -23,7 +23,7 @@ from engine.solve.evaluate import compiled, evaluate, load_ahead
 from engine.sweep.config import load_sweep
 from engine.sweep.settings import SolverSettings
 
-from conftest import cubes_identical
+from conftest import cubes_identical, regime_grid
 
 LOWERED = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 COMPILED = "/jax/core/compile/backend_compile_duration"
@@ -170,10 +170,12 @@ def test_a_runs_tasks_call_the_programs_compiled_ahead(critical, small_sweep, fr
     assert cubes_identical(first, open_cube(sweep.out).load())
 
 
-def test_a_run_loads_ahead_only_what_it_will_solve_here(small_sweep):
+def test_a_run_loads_ahead_only_what_it_will_solve_here(small_sweep, tmp_path):
     """A fresh cube solved inline: loaded ahead. Another executor (its workers
     load their own), a cube that exists and is resumed (it may have nothing
-    left to solve), or a task too large for memory (the run refuses it): not."""
+    left to solve), or a task too large for memory (the run refuses it): not.
+    (The sweep loaded ahead is of a study whose program compiles in a second,
+    the rebound regime map: what is loaded does not depend on the study.)"""
     too_large = load_sweep(small_sweep(axes="spin_ratio = { linspace = [0.0, 3.0, 1000] }\n"
                                             "drag = { linspace = [0.0, 1.0, 1000] }\n"
                                             "initial_speed = { linspace = [0.5, 1.0, 100] }", shard_size=10**7))
@@ -181,8 +183,8 @@ def test_a_run_loads_ahead_only_what_it_will_solve_here(small_sweep):
     huge = make_plan(too_large.study, points=10**8, batch=10**7)
     assert load_ahead_of_run(too_large, huge, "inline", overwrite=True) == []
     assert not compiled(too_large.study, too_large.solver, too_large.outputs, huge).started()
-    sweep = load_sweep(small_sweep())
-    plan = make_plan(sweep.study, points=23, batch=sweep.batch_size)
+    sweep = regime_grid(tmp_path, "regime", shard_size=40, spins=3, run="batch_size = 8")
+    plan = make_plan(sweep.study, points=90, batch=sweep.batch_size)
     assert load_ahead_of_run(sweep, plan, "local", overwrite=True) == []
     sweep.out.mkdir()
     assert load_ahead_of_run(sweep, plan, "inline", overwrite=False) == []
