@@ -141,7 +141,7 @@ def test_good_config_validates_with_cost_estimate(tmp_path, capsys):
     path = sweep_file(tmp_path, "\n".join(GOOD.values()).replace("OUT", str(tmp_path / "c.zarr")))
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "grid points      11" in out and "shards           3 of up to 4 points" in out
+    assert "grid points      11" in out and "grid shards      3 of up to 4 points" in out
     assert not (tmp_path / "c.zarr").exists()
 
 

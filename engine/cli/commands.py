@@ -196,12 +196,23 @@ def _run_sweep(args):
 def _summary(report) -> str:
     """One line: points solved (and how many of them without success) apart from
     shards that raised, which solved nothing and so count in no rate."""
-    line = (f"{report.path}: {report.state}; {report.shards_run:,} shards, {report.solved:,} points solved "
+    line = (f"{report.path}: {report.state}; {_shards_and_points(report)} solved "
             f"in {report.seconds:.2f} s ({report.rate:,.0f} points/s), {report.failed_points:,} of them failed")
     if report.failed_shards:
         line += (f"; {report.failed_shards:,} shards raised ({report.points_run - report.solved:,} points "
                  "not solved)")
     return line
+
+
+def _shards_and_points(report) -> str:
+    """What a run solved, in validate's words: the grid's shards and points, and
+    the critical search's shards and roots where it had any."""
+    if not report.critical_shards:
+        return f"{report.shards_run:,} shards, {report.solved:,} points"
+    grid_shards = report.shards_run - report.critical_shards
+    grid_points = report.points_run - report.critical_roots
+    return (f"{grid_shards:,} grid shards and {report.critical_shards:,} critical-search shards, "
+            f"{grid_points:,} grid points and {report.critical_roots:,} critical roots")
 
 
 def _slurm_keywords(args) -> dict:

@@ -34,15 +34,15 @@ class Cost:
     def describe(self) -> str:
         lines = [
             f"grid points      {self.points:,}",
-            f"shards           {self.shards:,} of up to {self.shard_points:,} points",
+            f"grid shards      {self.shards:,} of up to {self.shard_points:,} points",
             f"tasks            of up to {self.task_points:,} points (shards solved together)",
             f"memory per task  {self.shard_bytes / 2**20:,.1f} MiB "
             f"(budget {self.memory_budget / 2**20:,.0f} MiB per worker)",
         ]
         if self.critical_points:
             lines.append(
-                f"critical search  {self.critical_points:,} roots in {self.critical_shards:,} shards, "
-                f"~{self.critical_points * CRITICAL_EVALUATIONS:,} extra point solves"
+                f"critical search  {self.critical_points:,} critical roots in {self.critical_shards:,} "
+                f"critical-search shards, ~{self.critical_points * CRITICAL_EVALUATIONS:,} extra point solves"
             )
         return "\n".join(lines)
 

@@ -20,7 +20,7 @@ import time
 import engine.stages as stages
 from engine._jax_setup import SINGLE_THREAD_XLA, check_device, configure, task_settings
 from engine.cube.lock import locked
-from engine.cube.markers import KINDS
+from engine.cube.markers import CRITICAL, KINDS
 from engine.cube.prepare import existing, identity_difference, prepare, solves_something
 from engine.cube.store import Cube
 from engine.errors import ConfigError, StoreError
@@ -89,6 +89,10 @@ class RunReport:
     seconds: float
     failed_shards: int = 0  # shards that raised (recorded in the store; retried by the next run)
     points_solved: int | None = None  # points of the shards that did not raise (None: all of points_run)
+    # Of shards_run and points_run, the critical search's: its shards and roots (a
+    # root is a point of its layout), named as such where a run reports them.
+    critical_shards: int = 0
+    critical_roots: int = 0
     # Where the time went (engine.stages): the run's stages in seconds, from its start
     # (the caller's clock's, where one ran: the command line's counts its planning
     # too) to its report; the tasks' stages in seconds of the `threads` that ran
@@ -449,6 +453,7 @@ def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources
     sweep = cube.sweep
     pending = pending_shards(cube)
     points = sum(p for _, _, p in pending)
+    critical = [p for kind, _, p in pending if kind == CRITICAL]
     tasks = tasks_for(pending, plan, in_flight(executor, workers, plan))
     failed, failed_shards, solved, shards_done = 0, 0, 0, 0
     name = sweep.study.name
@@ -473,7 +478,9 @@ def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources
             solved += info["solved"]
             stages.add(task_seconds, info.get("stages", {}))
             bar.set_description(f"{name} shards {shards_done}/{len(pending)}" + (
-                f", {failed_shards} raised" if failed_shards else ""))
+                f", {failed_shards} raised" if failed_shards else "") + (
+                # Its program compiles after the grid's (seconds, cold): said, as for the grid's.
+                ", compiling the critical search" if shards_done == len(pending) - len(critical) else ""))
             bar.update(info["points"])
     # The solving stage's own seconds (run() always runs a clock): a time taken
     # around it would also hold whatever delayed this thread on its way in or out
@@ -490,6 +497,8 @@ def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources
         seconds=seconds,
         failed_shards=failed_shards,
         points_solved=solved,
+        critical_shards=len(critical),
+        critical_roots=sum(critical),
         task_stages=task_seconds,
         threads=threads,
     )
