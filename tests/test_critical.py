@@ -68,15 +68,22 @@ def test_paper_value_holds_to_its_seven_digits(critical_cube):
 
 
 def test_no_sign_change_in_bracket_is_no_root(tmp_path):
+    # critical_cube's [solver] and batch (its 18 points' own, 32): the same compiled
+    # programs, the grid's and the root search's.
     path = tmp_path / "c.toml"
     path.write_text(f"""
 study = "pingpong"
 [axes]
 spin_ratio = {{ values = [0.0, 1.0] }}
+[solver]
+solver = "Dopri8"
+rtol = 1e-12
+atol = 1e-14
 [critical]
 output = "final_displacement"
 axis = "spin_ratio"
 [run]
+batch_size = 32
 executor = "inline"
 out = "{tmp_path / 'c.zarr'}"
 """)
