@@ -126,11 +126,20 @@ def test_vmapped_lanes_that_finished_or_did_not_cross_cost_the_batch_nothing():
     def solve(bounces):
         return jax.vmap(lambda b: counted.solve(jnp.array([H, 0.0, 0.0]), 0, b, settings).t)(bounces)
 
-    # (The same width: a call's program differs with it.)
-    alone = lockstep_iterations(solve, jnp.array([6.0, 6.0]))
-    beside = lockstep_iterations(solve, jnp.array([6.0, 2.0]))
-    assert beside == alone
-    times = np.asarray(jax.jit(solve)(jnp.array([6.0, 2.0])))
+    # One program (the same width: a call's program differs with it), its loops
+    # counted call by call, and the times read from the counted call itself.
+    counts = collections.Counter()
+    counted_solve = jax.jit(lambda b: solve(b))
+    with counting_loops(counts):  # traced (and its loops counted) at its first call
+        alone_times = jax.block_until_ready(counted_solve(jnp.array([6.0, 6.0])))
+    jax.effects_barrier()
+    alone = sum(counts.values())
+    counts.clear()
+    times = np.asarray(jax.block_until_ready(counted_solve(jnp.array([6.0, 2.0]))))
+    jax.effects_barrier()
+    beside = sum(counts.values())
+    assert alone > 0 and beside == alone
+    np.testing.assert_allclose(np.asarray(alone_times), impact_times(6)[[5, 5]], rtol=0, atol=1e-12)
     np.testing.assert_allclose(times, impact_times(6)[[5, 1]], rtol=0, atol=1e-12)
 
 
@@ -168,7 +177,7 @@ def test_a_condition_that_first_crosses_the_other_way_fires_where_it_crosses_its
                                                              direction=False),)),))
     speeds = np.array([10.0, 30.0])
     for solver in ("Tsit5", "Dopri8"):
-        sol = jax.vmap(lambda v, s=solver: plane.solve(jnp.stack([-1.0, v]), 0, {}, SolverSettings(solver=s)))(
+        sol = jax.jit(jax.vmap(lambda v, s=solver: plane.solve(jnp.stack([-1.0, v]), 0, {}, SolverSettings(solver=s))))(
             jnp.asarray(speeds))
         np.testing.assert_array_equal(sol.status, Status.SUCCESS)
         exact = (speeds + np.sqrt(speeds**2 - 2 * G)) / G
