@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from shared_solves import SHARED, solved
 from test_outside_models import _param, _study
 
 from engine import HybridSystem, Mode, PointResult, SolverSettings, Start, Status, Transition
@@ -55,17 +56,20 @@ def _response_columns():
 
 @pytest.fixture(scope="module")
 def response():
-    """solver -> its results on _response_columns, solved once a module."""
+    """solver -> its results on _response_columns, solved once a module (the
+    lanes' once a process: tests/test_kernel_c.py compares with them too)."""
     results = {}
 
-    def solved(solver):
+    def solve(solver):
         if solver not in results:
-            results[solver] = _solve(RESPONSE, solver, _response_columns(), RESPONSE_SETTINGS)
+            results[solver] = (solved if solver == "lanes" else _solve)(RESPONSE, solver, _response_columns(),
+                                                                        RESPONSE_SETTINGS, batch=16)
         return results[solver]
 
-    return solved
+    return solve
 
 
+@SHARED
 def test_bicycle_response_fused_equals_the_lanes(response):
     """The same rules and tableau as the lanes: the same steps and events point
     for point, outputs to rounding (the field's matrix product sums in another
