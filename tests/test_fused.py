@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.scipy.special import erf
+from shared_solves import SHARED, solved
 from test_fused_outside import UNFUSABLE_ENDS
 from test_outside_models import BLOCK, NATURAL, _columns, _param, _study
 
@@ -53,10 +54,14 @@ def _solve(study, solver, columns, settings=None, batch=32, width=None):
 
 @pytest.fixture(scope="module")
 def ball():
-    columns = _spread(24)
-    return columns, {s: _solve(PINGPONG, s, columns) for s in ("fused", "lanes")}
+    """48 points in a batch of 64: tests/test_kernel_c.py's, whose lanes solve
+    (a compile of 7 s on 2 cores) the two share."""
+    columns = _spread(48)
+    return columns, {"fused": _solve(PINGPONG, "fused", columns, batch=64),
+                     "lanes": solved(PINGPONG, "lanes", columns, SolverSettings(), batch=64)}
 
 
+@SHARED
 @pytest.mark.parametrize("output, closed_form", cf.CLOSED_FORMS)
 def test_rolling_ball_matches_closed_forms(ball, output, closed_form):
     columns, results = ball
@@ -70,6 +75,7 @@ def _agree(fused, reference):
         np.testing.assert_allclose(values, reference.outputs[name], rtol=0, atol=1e-10, err_msg=name)
 
 
+@SHARED
 def test_rolling_ball_agrees_with_the_lanes(ball):
     _, results = ball
     _agree(results["fused"], results["lanes"])
@@ -82,6 +88,7 @@ def test_rolling_ball_agrees_with_vmapped():
     _agree(_solve(PINGPONG, "fused", columns, settings), _solve(PINGPONG, "vmapped", columns, settings))
 
 
+@SHARED
 def test_rolling_ball_takes_the_steps_of_the_lanes(ball):
     """The same tableau, step-size control and event rules as the lanes: the
     same number of steps, point for point."""
@@ -248,11 +255,13 @@ def landing_columns(n=32, seed=1):
     return columns
 
 
+@SHARED
 def test_serve_landing_agrees_with_the_lanes():
     """A study with a reset, a terminal net event and an event log read by its
     finish: every outcome class of the landing map (in, net, out, double bounce)."""
     columns = landing_columns()
-    fused, lanes = (_solve(LANDING, s, columns) for s in ("fused", "lanes"))
+    fused = _solve(LANDING, "fused", columns)
+    lanes = solved(LANDING, "lanes", columns, SolverSettings(), batch=32)  # test_kernel_c.py's too
     assert len(set(lanes.outputs["outcome"][lanes.status == Status.SUCCESS])) >= 3  # several outcome classes
     np.testing.assert_array_equal(fused.status, lanes.status)
     np.testing.assert_array_equal(fused.outputs["outcome"], lanes.outputs["outcome"])
