@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
+from shared_solves import SHARED, solved
 from test_fused import landing_columns
 from test_fused_outside import RESPONSE_SETTINGS, _response_columns
 from test_outside_models import BLOCK, NATURAL, SETTINGS, G, _columns, impact_time
@@ -91,15 +92,19 @@ def ball():
     columns["spin_ratio"] = rng.uniform(0.0, 3.0, n)
     columns["drag"] = rng.uniform(0.0, 2.0, n)
     columns["rolling_resistance"] = rng.uniform(2e-5, 1e-3, n)
-    return columns, {s: _solve(PINGPONG, s, columns) for s in ("fused", "lanes")}
+    # The lanes' solve is test_fused.py's too (its ball: the same 48 points, batch).
+    return columns, {"fused": _solve(PINGPONG, "fused", columns),
+                     "lanes": solved(PINGPONG, "lanes", columns, SolverSettings(), batch=64)}
 
 
+@SHARED
 @pytest.mark.parametrize("output, closed_form", cf.CLOSED_FORMS)
 def test_rolling_ball_matches_closed_forms(ball, output, closed_form):
     columns, results = ball
     assert_rolling_ball_closed_form(columns, results["fused"], output, closed_form)
 
 
+@SHARED
 def test_rolling_ball_is_the_lanes_solve(ball):
     """The same steps, events and status point for point; outputs to rounding."""
     _, results = ball
@@ -111,9 +116,11 @@ def test_rolling_ball_is_the_lanes_solve(ball):
         np.testing.assert_allclose(values, lanes.outputs[name], rtol=1e-12, atol=1e-14, err_msg=name)
 
 
+@SHARED
 def test_serve_landing_agrees_with_the_lanes():
     columns = landing_columns()
-    fused, lanes = (_solve(LANDING, s, columns, batch=32) for s in ("fused", "lanes"))
+    fused = _solve(LANDING, "fused", columns, batch=32)
+    lanes = solved(LANDING, "lanes", columns, SolverSettings(), batch=32)  # test_fused.py's too
     assert len(set(lanes.outputs["outcome"][lanes.status == Status.SUCCESS])) >= 3
     np.testing.assert_array_equal(fused.status, lanes.status)
     np.testing.assert_array_equal(fused.num_events, lanes.num_events)
@@ -122,6 +129,7 @@ def test_serve_landing_agrees_with_the_lanes():
         np.testing.assert_allclose(values, lanes.outputs[name], rtol=0, atol=1e-9, err_msg=name)
 
 
+@SHARED
 def test_bicycle_response_agrees_with_the_lanes():
     """Its start and finish run outside the kernel (XLA), the system inside.
     Status and events as the lanes'; steps and outputs to the solver's
@@ -129,7 +137,8 @@ def test_bicycle_response_agrees_with_the_lanes():
     (libm's arithmetic is not XLA:CPU's to the last bit: its pow, its flushing
     of subnormals), which the Pallas kernel, being XLA, does not."""
     columns = _response_columns()
-    fused, lanes = (_solve(RESPONSE, s, columns, RESPONSE_SETTINGS, batch=16) for s in ("fused", "lanes"))
+    fused = _solve(RESPONSE, "fused", columns, RESPONSE_SETTINGS, batch=16)
+    lanes = solved(RESPONSE, "lanes", columns, RESPONSE_SETTINGS, batch=16)  # test_fused_outside.py's too
     np.testing.assert_array_equal(fused.status, Status.SUCCESS)
     np.testing.assert_array_equal(fused.status, lanes.status)
     np.testing.assert_array_equal(fused.num_events, lanes.num_events)
@@ -188,30 +197,53 @@ def _outside_finish(p, sol, settings):
     return dataclasses.replace(result, outputs={**result.outputs, "latest": latest})
 
 
-@pytest.mark.parametrize("finish", ["inside", "outside"])
-def test_a_long_event_log_is_each_points_own(finish):
-    """The generated kernel's log is arrays written in place at each event's
-    row: a finish reading every row of every array (blank rows past a point's
-    events NaN and -1) gets the per-point solve's values, in the kernel and
-    outside it (its log's rows then the kernel's output columns)."""
+WHOLE_LOG_SETTINGS = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=96)
+
+
+def _whole_log_study(finish):
+    """The bouncing ball with a finish reading its whole log, in the kernel or
+    outside it (with an argmax: the output `latest` more)."""
     import bouncing_ball as ball
-    from test_event_log import _logged_columns, _whole_log_finish
+    from test_event_log import _whole_log_finish
 
     from engine import HybridPoint
     from engine.study.interface import Output
 
-    settings = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=96)
     fn = _whole_log_finish if finish == "inside" else _outside_finish
     names = ["logged", "blank_codes", "sum_t", "sum_speed", "last"] + (["latest"] if finish == "outside" else [])
     study = dataclasses.replace(ball.STUDY, name=f"bouncing_ball_whole_log_{finish}",
                                 outputs=tuple(Output(k, "1", k) for k in names),
                                 solve_point=HybridPoint(ball.SYSTEM, ball.STUDY.solve_point.start, fn))
+    return study, names
+
+
+@pytest.fixture(scope="module")
+def whole_log_per_point():
+    """The per-point solve (vmapped) both finishes are checked against, solved
+    once (a compile of diffrax's loop): the outside study's, whose finish is
+    the inside one's (the same function: the same outputs) with `latest` more."""
+    from test_event_log import _logged_columns
+
+    study, _ = _whole_log_study("outside")
+    return _solve(study, "vmapped", _logged_columns(40), WHOLE_LOG_SETTINGS, batch=16)
+
+
+@pytest.mark.parametrize("finish", ["inside", "outside"])
+def test_a_long_event_log_is_each_points_own(finish, whole_log_per_point):
+    """The generated kernel's log is arrays written in place at each event's
+    row: a finish reading every row of every array (blank rows past a point's
+    events NaN and -1) gets the per-point solve's values, in the kernel and
+    outside it (its log's rows then the kernel's output columns)."""
+    from test_event_log import _logged_columns
+
+    settings = WHOLE_LOG_SETTINGS
+    study, names = _whole_log_study(finish)
     body = KernelBody(study.solve_point, settings, [p.name for p in study.parameters], names, 1)
     assert ("finish" in body.outside) == (finish == "outside")
     source = kernel_source(body, None).text
     assert (source.count("[96];"), source.count("[192];")) == (2, 1), "the log's times, codes and states as C arrays"
     columns = _logged_columns(40)
-    fused, per_point = (_solve(study, s, columns, settings, batch=16) for s in ("fused", "vmapped"))
+    fused, per_point = _solve(study, "fused", columns, settings, batch=16), whole_log_per_point
     np.testing.assert_array_equal(per_point.status, Status.SUCCESS)
     np.testing.assert_array_equal(fused.status, per_point.status)
     np.testing.assert_array_equal(fused.num_events, per_point.num_events)
