@@ -22,15 +22,15 @@ $(BIN)/rollsweep: pyproject.toml
 demo: $(BIN)/rollsweep  ## run every study's demo sweeps and draw their figures into demo/
 	$(BIN)/rollsweep demo --out demo
 
-# --dist loadgroup: tests go to workers in runs of a file's neighbours (a worker
-# reuses the programs it compiled), the real-SLURM tests all to one worker
-# (xdist_group "slurm": one cluster started once); --durations: the 30 slowest.
+# --dist loadfile: a file's tests go to one worker (which reuses the programs and
+# solves its tests share; the real-SLURM tests' cluster is started once);
+# --durations: the 30 slowest.
 test: $(BIN)/rollsweep  ## the default test run (fast tests; slow and slurm tests excluded), on every core
 	$(BIN)/python -m pytest -p no:cacheprovider -m "$(strip $(MARKERS))" -n $(strip $(TEST_WORKERS)) \
-		--dist loadgroup --durations=30 $(PYTEST_ARGS)
+		--dist loadfile --durations=30 $(PYTEST_ARGS)
 
 test-all: $(BIN)/rollsweep  ## every test, slow ones included
-	$(BIN)/python -m pytest -p no:cacheprovider -m "" -n $(strip $(TEST_WORKERS)) --dist loadgroup --durations=30
+	$(BIN)/python -m pytest -p no:cacheprovider -m "" -n $(strip $(TEST_WORKERS)) --dist loadfile --durations=30
 
 bench: $(BIN)/rollsweep  ## every study against the baselines a user would write, one run each (run_all.py --quick: smoke test)
 	$(BIN)/python -m pip install -q -e ".[bench]"

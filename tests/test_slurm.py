@@ -21,9 +21,9 @@ from engine.sweep.config import load_sweep
 
 from conftest import cubes_identical, sweep_file
 
-# One worker runs them all (`make test`'s --dist loadgroup): the cluster is
-# started once, by one harness, and stopped after its last test.
-pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
+# One worker runs them all (`make test`'s --dist loadfile: a file to a worker):
+# the cluster is started once, by one harness, and stopped after its last test.
+pytestmark = pytest.mark.slurm
 HARNESS = pathlib.Path(__file__).parent.parent / "slurm"
 REQUIRED = os.environ.get("ROLLSWEEP_REQUIRE_SLURM") == "1"
 
