@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.scipy.special import erf
-from shared_solves import SHARED, solved
+from shared_solves import solved
 from test_fused_outside import UNFUSABLE_ENDS
 from test_outside_models import BLOCK, NATURAL, _columns, _param, _study
 
@@ -61,7 +61,6 @@ def ball():
                      "lanes": solved(PINGPONG, "lanes", columns, SolverSettings(), batch=64)}
 
 
-@SHARED
 @pytest.mark.parametrize("output, closed_form", cf.CLOSED_FORMS)
 def test_rolling_ball_matches_closed_forms(ball, output, closed_form):
     columns, results = ball
@@ -75,7 +74,6 @@ def _agree(fused, reference):
         np.testing.assert_allclose(values, reference.outputs[name], rtol=0, atol=1e-10, err_msg=name)
 
 
-@SHARED
 def test_rolling_ball_agrees_with_the_lanes(ball):
     _, results = ball
     _agree(results["fused"], results["lanes"])
@@ -88,7 +86,6 @@ def test_rolling_ball_agrees_with_vmapped():
     _agree(_solve(PINGPONG, "fused", columns, settings), _solve(PINGPONG, "vmapped", columns, settings))
 
 
-@SHARED
 def test_rolling_ball_takes_the_steps_of_the_lanes(ball):
     """The same tableau, step-size control and event rules as the lanes: the
     same number of steps, point for point."""
@@ -255,7 +252,6 @@ def landing_columns(n=32, seed=1):
     return columns
 
 
-@SHARED
 def test_serve_landing_agrees_with_the_lanes():
     """A study with a reset, a terminal net event and an event log read by its
     finish: every outcome class of the landing map (in, net, out, double bounce)."""

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from shared_solves import SHARED, solved
+from shared_solves import solved
 from test_outside_models import _param, _study
 
 from engine import HybridSystem, Mode, PointResult, SolverSettings, Start, Status, Transition
@@ -69,7 +69,6 @@ def response():
     return solve
 
 
-@SHARED
 def test_bicycle_response_fused_equals_the_lanes(response):
     """The same rules and tableau as the lanes: the same steps and events point
     for point, outputs to rounding (the field's matrix product sums in another

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
-from shared_solves import SHARED, solved
+from shared_solves import solved
 from test_fused import landing_columns
 from test_fused_outside import RESPONSE_SETTINGS, _response_columns
 from test_outside_models import BLOCK, NATURAL, SETTINGS, G, _columns, impact_time
@@ -97,14 +97,12 @@ def ball():
                      "lanes": solved(PINGPONG, "lanes", columns, SolverSettings(), batch=64)}
 
 
-@SHARED
 @pytest.mark.parametrize("output, closed_form", cf.CLOSED_FORMS)
 def test_rolling_ball_matches_closed_forms(ball, output, closed_form):
     columns, results = ball
     assert_rolling_ball_closed_form(columns, results["fused"], output, closed_form)
 
 
-@SHARED
 def test_rolling_ball_is_the_lanes_solve(ball):
     """The same steps, events and status point for point; outputs to rounding."""
     _, results = ball
@@ -116,7 +114,6 @@ def test_rolling_ball_is_the_lanes_solve(ball):
         np.testing.assert_allclose(values, lanes.outputs[name], rtol=1e-12, atol=1e-14, err_msg=name)
 
 
-@SHARED
 def test_serve_landing_agrees_with_the_lanes():
     columns = landing_columns()
     fused = _solve(LANDING, "fused", columns, batch=32)
@@ -129,7 +126,6 @@ def test_serve_landing_agrees_with_the_lanes():
         np.testing.assert_allclose(values, lanes.outputs[name], rtol=0, atol=1e-9, err_msg=name)
 
 
-@SHARED
 def test_bicycle_response_agrees_with_the_lanes():
     """Its start and finish run outside the kernel (XLA), the system inside.
     Status and events as the lanes'; steps and outputs to the solver's
