@@ -116,7 +116,23 @@ def _solve_on_lanes(point, settings, columns, lanes):
     return jax.tree_util.tree_map(np.asarray, run(params))
 
 
-def test_a_long_log_read_on_lanes_is_each_points_own():
+LONG_LOG_SETTINGS = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=128)
+
+
+@pytest.fixture(scope="module")
+def long_log():
+    """The whole-log finish's point, its 160 columns and their per-point solve
+    (each point's log its own), shared by the tests that solve them on lanes."""
+    import bouncing_ball as ball
+
+    point = HybridPoint(ball.SYSTEM, ball.STUDY.solve_point.start, _whole_log_finish)
+    columns = _logged_columns(160)
+    per_point = jax.tree_util.tree_map(np.asarray, jax.jit(jax.vmap(lambda p: point(p, LONG_LOG_SETTINGS)))(
+        {k: jnp.asarray(v) for k, v in columns.items()}))
+    return point, columns, per_point
+
+
+def test_a_long_log_read_on_lanes_is_each_points_own(long_log):
     """With a log longer than the lanes keep per point, each lane keeps one and a
     point is finished as it ends: 64 lanes solve 160 points in turn (so their
     logs hold earlier points' rows), the first 40 of them copies of one point,
@@ -125,12 +141,8 @@ def test_a_long_log_read_on_lanes_is_each_points_own():
     alone."""
     import bouncing_ball as ball
 
-    settings = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=128)
-    point = HybridPoint(ball.SYSTEM, ball.STUDY.solve_point.start, _whole_log_finish)
-    columns = _logged_columns(160)
-    on_lanes = _solve_on_lanes(point, settings, columns, 64)
-    per_point = jax.tree_util.tree_map(np.asarray, jax.jit(jax.vmap(lambda p: point(p, settings)))(
-        {k: jnp.asarray(v) for k, v in columns.items()}))
+    point, columns, per_point = long_log
+    on_lanes = _solve_on_lanes(point, LONG_LOG_SETTINGS, columns, 64)
     exact_impacts = ball.closed_form(columns["height"], columns["restitution"])[1]
     np.testing.assert_array_equal(on_lanes.num_events, exact_impacts)
     np.testing.assert_array_equal(on_lanes.outputs["logged"], exact_impacts)
@@ -163,13 +175,13 @@ def test_finished_as_points_end_or_after_the_loop_alike(monkeypatch):
 def test_the_lanes_memory_does_not_grow_with_the_points_log():
     """A finish that reads a long log: the compiled call's working memory grows
     with max_segments by a log a lane (of the array it reads), not a log a
-    point (4,096 points on 256 lanes: 16 times more)."""
+    point (512 points on 32 lanes: 16 times more)."""
     import bouncing_ball as ball
 
     from engine.solve.lanes import solve_batch
 
     point = ball.LOGGED.solve_point
-    n, lanes = 4096, 256
+    n, lanes = 512, 32
     params = {"height": jnp.linspace(0.1, 10, n), "restitution": jnp.full(n, 0.5), "min_speed": jnp.full(n, 1e-3)}
 
     def working_bytes(segments):
@@ -242,21 +254,20 @@ def test_a_finish_that_reads_an_arrays_shape_keeps_every_row(read, shape_of):
 
 
 @pytest.mark.parametrize("accelerator", [False, True], ids=["cpu", "accelerator"])
-def test_a_long_log_read_on_lanes_with_padding(accelerator):
+def test_a_long_log_read_on_lanes_with_padding(accelerator, long_log):
     """Finished as points end, a batch padded past `count` (its rows unsolved)
     and the accelerator's lanes (no whole vectors, no conditionals for XLA:CPU)
-    give each real point its own log's results, as the per-point solve."""
-    import bouncing_ball as ball
-
+    give each real point its own log's results, as the per-point solve (the
+    long log's columns and solve, shared: a log of 128 rows, longer than the
+    lanes keep, 37 real rows of 160)."""
     from engine.solve.lanes import solve_batch
 
-    settings = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=40)
-    point = HybridPoint(ball.SYSTEM, ball.STUDY.solve_point.start, _whole_log_finish)
-    columns = {k: jnp.asarray(v) for k, v in _logged_columns(64).items()}
+    settings = LONG_LOG_SETTINGS
+    point, columns, per_point = long_log
+    columns = {k: jnp.asarray(v) for k, v in columns.items()}
     run = jax.jit(lambda p, count: solve_batch(point, p, settings, 12, count, accelerator,
                                                finish=lambda row, sol: point.finish(row, sol, settings)))
     padded = jax.tree_util.tree_map(np.asarray, run(columns, 37))
-    per_point = jax.tree_util.tree_map(np.asarray, jax.jit(jax.vmap(lambda p: point(p, settings)))(columns))
     np.testing.assert_array_equal(padded.status[:37], per_point.status[:37])
     np.testing.assert_array_equal(padded.status[37:], Status.PENDING)
     for name in ("logged", "blank_codes"):
