@@ -40,7 +40,8 @@ def test_run_status_plot(small_sweep, tmp_path, capsys):
         bracket = [1.0, 3.0]""")
     cube = tmp_path / "cube.zarr"
     assert main(["run", str(path), "--quiet"]) == 0
-    assert "created; 6 shards, 24 points solved" in capsys.readouterr().out
+    assert "created; 5 grid shards and 1 critical-search shards, 23 grid points and 1 critical roots solved" in \
+        capsys.readouterr().out
     assert main(["status", str(cube)]) == 0
     out = capsys.readouterr().out
     assert "grid shards      5 / 5 done" in out and "critical shards  1 / 1 done" in out and "complete" in out
