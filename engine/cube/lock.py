@@ -133,8 +133,9 @@ def locked(path):
 def writer(path) -> str | None:
     """"pid N on HOST" of the run holding the store, or None where none does.
 
-    A killed run's lock file is left with its name, so the lock itself is asked: a run holds it for as long as it runs. An owner on this host
-    whose process is gone is known to be over without asking."""
+    A killed run's lock file is left with its name, so the lock itself is
+    asked: a run holds it for as long as it runs. An owner on this host whose
+    process is gone is known to be over without asking."""
     try:
         fd = os.open(lock_path(path), os.O_RDONLY)
     except FileNotFoundError:

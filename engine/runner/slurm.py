@@ -165,7 +165,8 @@ def read_share(path, task: int) -> list[tuple[str, int]]:
     except OSError as err:
         raise ConfigError("<command line>", "--share", f"cannot read {path}: {err.strerror}") from None
     except ValueError:
-        raise ConfigError("<command line>", "--share", f"{path} is not a share file written by rollsweep submit") from None
+        raise ConfigError("<command line>", "--share",
+                          f"{path} is not a share file written by rollsweep submit") from None
     if not 0 <= task < len(shares):
         raise ConfigError("<command line>", "--task", f"{task} is not a task of {path} (0 to {len(shares) - 1})")
     return [(kind, shard) for kind, shard in shares[task]]
