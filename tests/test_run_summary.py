@@ -44,3 +44,15 @@ def test_validate_counts_as_the_run_does(tmp_path, capsys):
     out = capsys.readouterr().out
     assert re.search(r"^grid shards +3 of up to 4 points$", out, re.M), out
     assert re.search(r"^critical search +1 critical roots in 1 critical-search shards", out, re.M), out
+
+
+def test_a_grid_alone_never_says_it_compiles_a_critical_search(tmp_path, capsys):
+    """The bar names the critical search's compile only where a sweep has one:
+    the last update of a grid-only run said it too."""
+    from engine import run
+
+    from conftest import regime_grid
+
+    run(regime_grid(tmp_path, "grid", shard_size=30, spins=3), progress=True)
+    bar = capsys.readouterr().err
+    assert "shards 3/3" in bar and "critical" not in bar, bar

@@ -480,7 +480,8 @@ def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources
             bar.set_description(f"{name} shards {shards_done}/{len(pending)}" + (
                 f", {failed_shards} raised" if failed_shards else "") + (
                 # Its program compiles after the grid's (seconds, cold): said, as for the grid's.
-                ", compiling the critical search" if shards_done == len(pending) - len(critical) else ""))
+                ", compiling the critical search" if critical and shards_done == len(pending) - len(critical)
+                else ""))
             bar.update(info["points"])
     # The solving stage's own seconds (run() always runs a clock): a time taken
     # around it would also hold whatever delayed this thread on its way in or out
