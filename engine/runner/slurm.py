@@ -136,8 +136,8 @@ def check_script(resources: Resources, store, job_name: str, array_job: str, log
 
 
 def sbatch(script: str, cwd, *options: str) -> str:
-    """Submit a script text; returns the job id (with `--test-only`, what sbatch
-    said: the script checked against the cluster, nothing queued)."""
+    """Submit a script text; returns the job id (`--test-only`: the script only
+    checked against the cluster, nothing queued, and no id)."""
     if shutil.which("sbatch") is None:
         raise SchedulerError("sbatch not found: SLURM's commands are not on this machine's PATH; "
                              "`rollsweep submit --dry-run` prints the job script")
@@ -145,7 +145,7 @@ def sbatch(script: str, cwd, *options: str) -> str:
     if out.returncode != 0:
         said = " ".join(out.stderr.split()) or f"exit code {out.returncode}"  # its lines as one
         raise SchedulerError(f"sbatch refused the job: {said}")
-    return (out.stdout or out.stderr).strip().split(";")[0]
+    return out.stdout.strip().split(";")[0]
 
 
 def write_share(folder: pathlib.Path, pending, tasks: int) -> pathlib.Path:
