@@ -18,6 +18,9 @@ MARKERS = "_rollsweep"
 GRID, CRITICAL = "grid", "critical"
 KINDS = (GRID, CRITICAL)
 IDENTITY = "identity.json"
+# The coordinates' checksums, recorded as the cube is created (a cube made
+# before they were has none: its coordinates are not checked).
+COORDINATES = "coordinates.json"
 
 
 def _write_json(final: pathlib.Path, content: dict) -> None:
@@ -122,6 +125,25 @@ class Markers:
     def forget_identity(self) -> None:
         """No shard is done: the next run records its own."""
         self.identity_path.unlink(missing_ok=True)
+
+    @property
+    def coordinates_path(self) -> pathlib.Path:
+        return self.folder / COORDINATES
+
+    def record_coordinates(self, digests: dict) -> None:
+        """The coordinates' checksums (name -> engine.cube.structure.coordinate_digest)."""
+        _write_json(self.coordinates_path, {"digests": digests})
+
+    def coordinates(self) -> dict | None:
+        """The coordinates' checksums as recorded: None where none were (a cube made
+        before they were), {} where they cannot be read (every cube has a coordinate)."""
+        if not self.coordinates_path.exists():
+            return None
+        content = _read_json(self.coordinates_path)
+        digests = content.get("digests") if isinstance(content, dict) else None
+        if not isinstance(digests, dict) or not all(isinstance(v, str) for v in digests.values()):
+            return {}
+        return digests
 
     def failed(self) -> list[dict]:
         """The failed markers' contents (kind, shard, error)."""

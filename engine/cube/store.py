@@ -132,8 +132,9 @@ class Cube:
         tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
         try:
             with quiet_zarr():
-                structure.write(tmp, arrays, attrs)
+                coordinates = structure.write(tmp, arrays, attrs)
             Markers(tmp).make_folders()
+            Markers(tmp).record_coordinates(coordinates)
             trash = tmp.with_name(tmp.name + "-old")
             if path.exists():
                 os.rename(path, trash)

@@ -11,12 +11,15 @@ warm run's 2.2 s). `xr.open_zarr` reads both alike (tests/test_lazy_imports.py).
 
 import base64
 import dataclasses
+import json
 import struct
+import zlib
 
 import numpy as np
 import zarr
 import zarr.codecs
 
+from engine.cube.chunks import digest
 from engine.cube.markers import CRITICAL, GRID
 from engine.cube.provenance import provenance
 from engine.study.interface import dimensionless
@@ -71,11 +74,18 @@ def structure(sweep: Sweep, devices: str) -> tuple[dict[str, Variable], dict]:
         for dim, labels in o.labels.items():
             values = np.array(labels, dtype=object)  # zarr v3 "string" dtype
             arrays[dim] = Variable((dim,), values.shape, "str", {}, values=values)
+        if o.sampled:
+            arrays["time"] = time_coordinate(sweep)
         attrs = described(o)
         if o.optional:
             attrs["note"] = "NaN where absent (not a failure: see status)"
-        data[o.name] = Variable(dims + extra, grid.shape + o.shape, sweep.solver.dtype, attrs,  # as solved
-                                chunks=grid.chunks + o.shape)
+        if o.sampled:
+            attrs["note"] = "NaN at the times before a point's solve starts and after it ends"
+        # A shard's block holds its points' whole values (a sampled output's every
+        # time, docs/cubes.md): one chunk a shard, written and checksummed whole.
+        shape = sweep.output_shape(o.name)
+        data[o.name] = Variable(dims + extra, grid.shape + shape, sweep.solver.dtype, attrs,  # as solved
+                                chunks=grid.chunks + shape)
     counters = {
         "status": ("int8", status_attrs()),
         "num_steps": ("int32", {"long_name": "solver steps taken, all segments"}),
@@ -102,6 +112,15 @@ def structure(sweep: Sweep, devices: str) -> tuple[dict[str, Variable], dict]:
     return arrays, {k: _attribute(v) for k, v in attrs.items()}
 
 
+def time_coordinate(sweep: Sweep) -> Variable:
+    """The sweep's sample times (`[save] times`), in the study's time unit."""
+    values = np.asarray(sweep.save_times, dtype="float64")
+    unit = sweep.study.time_unit
+    return Variable(("time",), values.shape, "float64", {"long_name": "time", "units": unit,
+                                                          "description": "the times the sampled outputs hold"},
+                    values=values)
+
+
 def described(declared, **override) -> dict:
     """A parameter's or output's attributes in xarray's conventions, which its
     `.plot()` reads ("long_name [units]"): `long_name` its display label, `units`
@@ -125,9 +144,12 @@ def _fill_value(dtype: str):
     return np.nan if dtype.startswith("float") else None
 
 
-def write(path, arrays: dict[str, Variable], attrs: dict) -> None:
+def write(path, arrays: dict[str, Variable], attrs: dict) -> dict[str, str]:
     """The structure into a new zarr v3 store at `path` (which must not exist):
-    every array's metadata, the coordinates' values, consolidated metadata."""
+    every array's metadata, the coordinates' values, consolidated metadata.
+    Returns each coordinate's checksum (name -> coordinate_digest) as read back,
+    which the cube's markers keep as a shard's done marker keeps its arrays'."""
+    digests = {}
     group = zarr.create_group(path, zarr_format=3, attributes=attrs)
     for name, v in arrays.items():
         attributes = dict(v.attrs)
@@ -145,7 +167,19 @@ def write(path, arrays: dict[str, Variable], attrs: dict) -> None:
         )
         if v.values is not None:
             array[...] = v.values
+            digests[name] = coordinate_digest(array[...])
     zarr.consolidate_metadata(path)
+    return digests
+
+
+def coordinate_digest(values) -> str:
+    """Checksum of a coordinate's values as a reader gets them: numbers as
+    engine.cube.chunks.digest sums an array's, labels (strings, which have no
+    bytes of their own in an object array) by their JSON text."""
+    values = np.asarray(values)
+    if values.dtype.kind in "OUST":  # object, numpy and variable-width strings
+        return f"{zlib.crc32(json.dumps([str(v) for v in values.ravel()]).encode()):08x}"
+    return digest(values)
 
 
 def compressor():
