@@ -20,9 +20,13 @@ The system C compiler builds the source with IEEE arithmetic as XLA does it
 and without `-march=native`, so a result does not depend on the machine that
 compiled it. Libraries are cached on disk by a hash of source, compiler (its
 version and target), flags and JAX's FFI headers (written to a temporary
-name, then renamed: concurrent processes never load a half-written file); a
-library that does not load is removed and built again, and where the cache
-cannot be written one is built in a folder of the process's own.
+name, then renamed: concurrent processes never load a half-written file).
+Each is loaded only where its bytes are those it was built with (their
+SHA-256, written beside it as it is built): a library altered since, one
+without its digest (built before digests were kept) and one that does not
+load are removed and built again. A library is code this process runs, and
+what it writes marks shards done. Where the cache cannot be written one is
+built in a folder of the process's own.
 
 Inside `jax.jit` the batch is an XLA FFI custom call (`jax.ffi`): XLA hands
 the library's handler its own buffers (no copies), and, unlike a Python
@@ -115,6 +119,15 @@ def _library_path(key: str) -> Path:
     return cache_dir() / f"rs_{key}.so"
 
 
+def _digest_path(library: Path) -> Path:
+    """Where the SHA-256 of the library's bytes, as built, is kept."""
+    return library.with_name(library.name + ".sha256")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def library(source) -> tuple[str, ctypes.CDLL]:
     """The source (a c_source.KernelSource) compiled with its FFI handler and
     loaded (from the cache when built before): (its key, the library)."""
@@ -149,15 +162,19 @@ def shared_library(text: str, digest: str, libs: tuple[str, ...], what: str) -> 
 
 
 def _open(path: Path) -> ctypes.CDLL | None:
-    """The library at `path` loaded; None where there is none, or it does not
-    load (a damaged file, removed so that it is built again)."""
+    """The library at `path` loaded; None where there is none, or it is not as
+    built (its bytes not those its digest records, or no digest recorded) or
+    does not load: removed, so that it is built again."""
     if not path.exists():
         return None
     try:
-        return ctypes.CDLL(str(path))
-    except OSError:
-        path.unlink(missing_ok=True)
-        return None
+        if _sha256(path) == _digest_path(path).read_text().strip():
+            return ctypes.CDLL(str(path))
+    except OSError:  # no digest, or unreadable, or a library that does not load
+        pass
+    path.unlink(missing_ok=True)
+    _digest_path(path).unlink(missing_ok=True)
+    return None
 
 
 def _build(cc: str, include: str, text: str, key: str, libs: tuple[str, ...], what: str) -> Path:
@@ -181,6 +198,9 @@ def _build(cc: str, include: str, text: str, key: str, libs: tuple[str, ...], wh
                              capture_output=True, text=True)
         if run.returncode != 0:
             raise KernelUnsupported(f"{cc} failed to build {what}:\n{run.stderr[-4000:]}")
+        # The digest in place before the library: a library found has the digest it was built with.
+        (scratch / "kernel.sha256").write_text(_sha256(built))
+        os.replace(scratch / "kernel.sha256", _digest_path(path))
         os.replace(built, path)
     finally:
         if path.parent != scratch:

@@ -11,11 +11,14 @@ stores them in the compile cache's folder and later ones read them. Measured on 
 seven alternating rounds): planning 0.51-0.60 s -> 0.02 s; planning and the
 first call of 200,000 points together 1.78-1.91 s -> 1.32-1.51 s, of which
 the solve is 0.87-0.90 s (the first call now does some tracing the check did).
-A file that cannot be read or does not fit is made again; with the cache off
+A file that cannot be read or does not fit is made again, as is generated C
+whose text is not what was stored (its SHA-256 stored with it: the library
+compiled from it is code the process runs); with the cache off
 ($ROLLSWEEP_CACHE empty) nothing is stored.
 """
 
 import functools
+import hashlib
 import json
 import pathlib
 
@@ -67,8 +70,13 @@ def kernel_source(body, key: str | None):
     out_dtypes = [np.dtype(d) for d in body.out_dtypes]
     names = {"in": [d.str for d in in_dtypes], "out": [d.str for d in out_dtypes]}
     found = load(key, "c.json")
-    if isinstance(found, dict) and {k: found.get(k) for k in names} == names and isinstance(found.get("text"), str):
+    if (isinstance(found, dict) and {k: found.get(k) for k in names} == names and isinstance(found.get("text"), str)
+            and found.get("sha256") == _sha256(found["text"])):
         return KernelSource.of(found["text"], in_dtypes, out_dtypes)
     source = generate(functools.partial(body, one_point=True), in_dtypes, out_dtypes)
-    store(key, "c.json", {**names, "text": source.text})
+    store(key, "c.json", {**names, "text": source.text, "sha256": _sha256(source.text)})
     return source
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
