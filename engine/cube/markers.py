@@ -21,6 +21,9 @@ IDENTITY = "identity.json"
 # The coordinates' checksums, recorded as the cube is created (a cube made
 # before they were has none: its coordinates are not checked).
 COORDINATES = "coordinates.json"
+# What a run with --overwrite created the cube for (its config hash, the
+# study's code, its identity): the same run, interrupted, resumes it.
+AFRESH = "afresh.json"
 
 
 def _write_json(final: pathlib.Path, content: dict) -> None:
@@ -144,6 +147,14 @@ class Markers:
         if not isinstance(digests, dict) or not all(isinstance(v, str) for v in digests.values()):
             return {}
         return digests
+
+    def record_afresh(self, made_for: dict) -> None:
+        _write_json(self.folder / AFRESH, made_for)
+
+    def afresh(self) -> dict | None:
+        """What a run with --overwrite created the cube for (None: none did, or unreadable)."""
+        content = _read_json(self.folder / AFRESH)
+        return content if isinstance(content, dict) else None
 
     def failed(self) -> list[dict]:
         """The failed markers' contents (kind, shard, error)."""

@@ -19,8 +19,7 @@ def plot_cube(path, out=None) -> list[pathlib.Path]:
     path = pathlib.Path(path)
     cube = Cube(path)
     attrs = cube.attrs
-    if "study" not in attrs:
-        raise StoreError(f"{path}: not a rollsweep cube")
+    cube.check_whole(attrs)  # a damaged cube (its markers or metadata gone) is refused, no figure drawn
     study = load_study(attrs["study"])
     if study.figures is None:
         raise StoreError(f"{path}: study {study.name!r} declares no figures")

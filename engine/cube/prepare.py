@@ -19,7 +19,7 @@ import tomllib
 from engine.cube.lock import acquire, release
 from engine.cube.markers import KINDS
 from engine.cube.store import Cube
-from engine.cube.verify import MIXED, repair, shard_code
+from engine.cube.verify import MIXED, repair, shard_code, stored_config_hash
 from engine.errors import StoreError
 from engine.study.source import code_fingerprint
 from engine.sweep.config import Sweep, check_out
@@ -40,7 +40,10 @@ def prepare(sweep: Sweep, path, overwrite: bool = False, devices: str = "unrecor
     them itself: recorded as the cube's, or refused where the cube's differs;
     None where others solve them (SLURM array tasks, a cluster's workers), each
     recording or comparing its own as it starts (engine.runner.execute.pinned_plan).
-    Returns the cube and "created" or "resumed" (with what changed).
+    Returns the cube and "created" or "resumed" (with what changed). With
+    `overwrite`, the cube is made afresh, unless it is the unfinished cube of
+    this very run with --overwrite (_unfinished_afresh): resumed, as its
+    advice to run the same command again says.
     """
     path = pathlib.Path(path)
     check_out(path, sweep.file, "run.out")
@@ -64,7 +67,7 @@ def existing(sweep: Sweep, path, overwrite: bool = False) -> Cube | None:
         return None
     cube = Cube(path, sweep)
     attrs = cube.attrs
-    _check_is_cube(path, attrs)
+    _check_is_cube(cube, attrs)
     _check_config(cube, attrs)
     return cube
 
@@ -76,9 +79,11 @@ def _prepare_owned(sweep: Sweep, path: pathlib.Path, overwrite: bool, devices: s
         return _created(sweep, path, devices, identity), "created"
     cube = Cube(path, sweep)
     attrs = cube.attrs
-    _check_is_cube(path, attrs)
-    if overwrite:  # afresh, whatever the store holds: the way to solve every point again
-        return _created(sweep, path, devices, identity), "created"
+    if overwrite and cube.missing(attrs):  # a damaged cube, solved afresh
+        return _replaced(cube, devices, identity), "created"
+    _check_is_cube(cube, attrs)
+    if overwrite and not _unfinished_afresh(cube, attrs, identity):
+        return _replaced(cube, devices, identity), "created"  # whatever the store holds: every point solved again
     _check_config(cube, attrs)
     cube.check_format(attrs)
     repair(cube)
@@ -93,9 +98,45 @@ def _created(sweep: Sweep, path: pathlib.Path, devices: str, identity: dict | No
     return cube
 
 
-def _check_is_cube(path: pathlib.Path, attrs: dict) -> None:
+def _replaced(old: Cube, devices: str, identity: dict | None) -> Cube:
+    """A new cube in place of the one at `old.path` (--overwrite), recorded as
+    made afresh for this run (_unfinished_afresh). Where it cannot be made (a
+    full disk), nothing is replaced, and the line says so."""
+    path, sweep = old.path, old.sweep
+    before = path.stat().st_ino
+    try:
+        cube = _created(sweep, path, devices, identity)
+    except OSError as err:
+        if not path.exists() or path.stat().st_ino != before:
+            raise  # the new cube in place: as any run's disk error
+        raise StoreError(f"{path}: its new cube could not be made ({err.strerror or err}: {err.filename}); "
+                         "nothing was replaced, the cube there is as it was") from err
+    if identity is not None:
+        cube.markers.record_afresh(_afresh(sweep, identity))
+    return cube
+
+
+def _afresh(sweep: Sweep, identity: dict) -> dict:
+    return {"config_hash": sweep.config_hash, "code": code_fingerprint(sweep.study), "identity": identity}
+
+
+def _unfinished_afresh(cube: Cube, attrs: dict, identity: dict | None) -> bool:
+    """Whether the cube is one that a run with --overwrite made for this very
+    run (its config, the study's code, the identity it solves with) and did not
+    finish (interrupted, a disk that filled up): the same command resumes it,
+    as its advice says, rather than dropping what it solved. Its points come out
+    bit for bit as they would solved afresh: a point's result depends on its
+    parameters, the code and the identity alone. A finished one is solved again."""
+    recorded = cube.markers.afresh()
+    return (identity is not None and recorded is not None and recorded == _afresh(cube.sweep, identity)
+            and attrs.get("config_hash") == cube.sweep.config_hash and solves_something(cube))
+
+
+def _check_is_cube(cube: Cube, attrs: dict) -> None:
+    if cube.missing(attrs):
+        cube.check_whole(attrs)
     if attrs.get("config_hash") is None:
-        raise StoreError(f"{path}: exists and is not a rollsweep cube; choose another --out")
+        raise StoreError(f"{cube.path}: exists and is not a rollsweep cube; choose another --out")
 
 
 # ---- the config
@@ -105,6 +146,8 @@ def _check_config(cube: Cube, attrs: dict) -> None:
     the cube's own config can be read back."""
     sweep, found = cube.sweep, attrs["config_hash"]
     if found == sweep.config_hash or found in _hashes_with_other_solver(sweep, attrs):
+        return
+    if stored_config_hash(cube.path) == sweep.config_hash:  # its config_hash attribute edited: repaired
         return
     key = _differing_key(cube.path, sweep)
     raise StoreError(

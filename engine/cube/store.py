@@ -25,9 +25,9 @@ import zarr.api.asynchronous
 from engine.cube import structure
 from engine.cube.aio import sync
 from engine.cube.chunks import ChunkWriter, pool
-from engine.cube.markers import GRID, Markers
+from engine.cube.markers import GRID, MARKERS, Markers
 from engine.cube.structure import STORE_FORMAT
-from engine.errors import StoreError
+from engine.errors import ConfigError, StoreError
 from engine.sweep.config import Sweep
 from engine.sweep.layout import Layout, layouts
 
@@ -90,11 +90,14 @@ class Cube:
             from engine.sweep.config import parse_sweep
 
             attrs = self.attrs
-            if "config_hash" not in attrs:
-                raise StoreError(f"{self.path}: not a rollsweep cube")
+            self.check_whole(attrs)
             self.check_format(attrs)
-            self._sweep = parse_sweep(attrs["config"], file=attrs.get("config_file", str(self.path)),
-                                      out=str(self.path))
+            try:
+                self._sweep = parse_sweep(attrs["config"], file=attrs.get("config_file", str(self.path)),
+                                          out=str(self.path))
+            except (ConfigError, KeyError, TypeError) as err:  # its config attribute gone or edited
+                raise StoreError(f"{self.path}: its stored config (attribute config) cannot be read ({err}); "
+                                 "a run of the sweep file that made it repairs it") from None
         return self._sweep
 
     def layout(self, kind: str) -> Layout | None:
@@ -102,6 +105,33 @@ class Cube:
         values' (None for a sweep without [critical])."""
         grid, critical = layouts(self.sweep)
         return grid if kind == GRID else critical
+
+    def missing(self, attrs: dict | None = None) -> str | None:
+        """What of a cube's own its folder lacks, in words (None: nothing, or not
+        a cube at all): its metadata (the root zarr.json, without which zarr reads
+        no array) where its markers are there, or its markers where its metadata
+        says it is a cube."""
+        attrs = self.attrs if attrs is None else attrs
+        root = self.path / "zarr.json"
+        if "config_hash" in attrs:
+            if not self.markers.folder.is_dir():
+                return (f"its markers' folder {MARKERS}/ is missing, so which shards were solved and what they hold "
+                        "cannot be told")
+            return None
+        if self.markers.folder.is_dir():
+            return f"its metadata {root.name} is {'not readable' if root.exists() else 'missing'}"
+        return None
+
+    def check_whole(self, attrs: dict | None = None) -> None:
+        """Refuse in one line a folder that is not a cube, or a cube missing its
+        metadata or its markers (which no run repairs: it solves the cube afresh)."""
+        attrs = self.attrs if attrs is None else attrs
+        lacks = self.missing(attrs)
+        if lacks:
+            raise StoreError(f"{self.path}: a damaged rollsweep cube: {lacks}; solve it again with "
+                             "rollsweep run --overwrite (or restore what is missing)")
+        if "config_hash" not in attrs:
+            raise StoreError(f"{self.path}: not a rollsweep cube")
 
     def check_format(self, attrs: dict | None = None) -> None:
         attrs = self.attrs if attrs is None else attrs

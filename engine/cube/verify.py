@@ -1,14 +1,23 @@
 """`rollsweep verify`: is a cube what its markers and attributes say it is?
 
-A reader trusts the data, not the markers, so every done shard's data is read
-back (decoded, as a reader would) and compared with the checksums its done
-marker recorded when the shard was written. A run on the cube drops the
-markers of the shards found damaged (`repair`), so they are solved again.
+A reader trusts what it reads, so verify reads all of it: every done shard's
+data (decoded, as a reader would) against the checksums its done marker
+recorded when the shard was written; the coordinates against the checksums
+recorded when the cube was created; each array's own metadata against the
+cube's consolidated metadata (which xarray reads; zarr reads the array's);
+the stored config against its hash. A run on the cube repairs what it can
+(`repair`): it drops the markers of the shards found damaged, so they are
+solved again, writes damaged coordinates again from its config, an array's
+metadata again from the consolidated one, and the stored config or its hash
+from its sweep file. What no run repairs (a missing array, say) verify says so.
 """
 
 import collections
 import dataclasses
+import json
 import math
+import os
+import uuid
 
 import numpy as np
 
@@ -16,7 +25,7 @@ from engine.cube.chunks import digest
 from engine.cube.markers import GRID
 from engine.cube.provenance import describe_identity
 from engine.cube.store import Cube, quiet_zarr
-from engine.cube.structure import kind_arrays
+from engine.cube.structure import coordinate_digest, kind_arrays
 from engine.study.status import Status
 
 # Values read at once while checking: block rows of shards are read together (one
@@ -76,6 +85,10 @@ def _read(array, region):
         return err
 
 
+def _one_line(err: Exception) -> str:
+    return " ".join(f"{type(err).__name__}: {err}".split())
+
+
 def check_shards(cube: Cube) -> ShardCheck:
     """Read every done shard back and compare it with its marker's checksums."""
     sweep, group = cube.sweep, cube.group()
@@ -96,8 +109,7 @@ def check_shards(cube: Cube) -> ShardCheck:
             for shard, values in read_by_shard(group[name], layout, done):
                 if isinstance(values, Exception):
                     if shard in markers:
-                        reason = " ".join(f"{type(values).__name__}: {values}".split())  # one line
-                        bad.setdefault(shard, f"{name} cannot be read ({reason})")
+                        bad.setdefault(shard, f"{name} cannot be read ({_one_line(values)})")
                     continue
                 if name == "status":
                     shard_counts[shard] = dict(zip(*np.unique(values, return_counts=True), strict=True))
@@ -163,14 +175,146 @@ def mixing(markers: dict, attrs: dict) -> list[str]:
     return ([by_code(codes)] if len(codes) > 1 else []) + ([by_identity(identities)] if len(identities) > 1 else [])
 
 
+# ---- what a reader reads besides the shards
+
+# The words of a problem a run repairs, and of one it does not.
+RUN_REPAIRS = "a run repairs it"
+OVERWRITE = "no run repairs it: solve the cube again with rollsweep run --overwrite"
+
+
+def _consolidated(group) -> dict:
+    """Each array's metadata as the cube's consolidated metadata holds it (name -> zarr's metadata)."""
+    found = group.metadata.consolidated_metadata
+    return dict(found.metadata) if found is not None else {}
+
+
+def _metadata_bytes(metadata) -> bytes:
+    from zarr.core.buffer import default_buffer_prototype
+
+    return metadata.to_buffer_dict(default_buffer_prototype())["zarr.json"].to_bytes()
+
+
+def metadata_problems(cube: Cube, group) -> dict[str, str]:
+    """Arrays whose own metadata (NAME/zarr.json, which zarr reads opening the
+    array alone) is not the consolidated metadata's (which xarray reads):
+    name -> why. Compared as JSON: an older zarr may lay it out otherwise."""
+    problems = {}
+    for name, metadata in _consolidated(group).items():
+        own = cube.path / name / "zarr.json"
+        try:
+            found = json.loads(own.read_bytes())
+        except FileNotFoundError:
+            problems[name] = f"{name}/zarr.json (its metadata) is missing"
+            continue
+        except (OSError, ValueError):
+            problems[name] = f"{name}/zarr.json (its metadata) cannot be read"
+            continue
+        if found != json.loads(_metadata_bytes(metadata)):
+            problems[name] = f"{name}/zarr.json (its metadata) differs from the cube's consolidated metadata"
+    return problems
+
+
+def coordinate_problems(cube: Cube, group) -> tuple[dict[str, str], bool]:
+    """Coordinates whose values are not what was written when the cube was
+    created (name -> why), and whether the cube recorded their checksums at all
+    (a cube made before it did is not checked: no problems)."""
+    recorded = cube.markers.coordinates()
+    if recorded is None:
+        return {}, False
+    if not recorded:
+        return {"": f"the coordinates' checksums ({cube.markers.coordinates_path.name}) cannot be read"}, True
+    problems = {}
+    for name, expected in recorded.items():
+        if name not in group:
+            problems[name] = f"coordinate {name} is missing"
+            continue
+        values = _read(group[name], ...)
+        if isinstance(values, Exception):
+            problems[name] = f"coordinate {name} cannot be read ({_one_line(values)})"
+        elif coordinate_digest(values) != expected:
+            problems[name] = f"coordinate {name} differs from what was written (its values edited, or a chunk damaged)"
+    return problems, True
+
+
+def config_problem(cube: Cube, attrs: dict) -> str | None:
+    """Where the cube's stored config (which `Cube.sweep` reads back) does not
+    hash to its config_hash attribute (which a run compares its own against)."""
+    found = attrs.get("config_hash")
+    if found != cube.sweep.config_hash:
+        return (f"its config_hash attribute {str(found)[:12]} is not its stored config's hash "
+                f"{cube.sweep.config_hash[:12]} (one of them edited)")
+    return None
+
+
 def repair(cube: Cube) -> dict:
-    """Drop the done markers of damaged shards, so that this run solves them again.
-    Returns the damaged shards by kind."""
+    """What a run repairs before it solves, `cube` opened with the run's sweep
+    (whose config hash the caller has found the cube's): the stored config or
+    its hash, arrays' metadata, coordinates; then it drops the done markers of
+    damaged shards, so that this run solves them again. Returns the damaged
+    shards by kind."""
+    _repair_config(cube)
+    group = cube.group()
+    for name in metadata_problems(cube, group):
+        if (cube.path / name).is_dir():
+            _write_whole(cube.path / name / "zarr.json", _metadata_bytes(_consolidated(group)[name]))
+    coordinates, _ = coordinate_problems(cube, group)
+    if coordinates and all(name in group or name == "" for name in coordinates):
+        _write_coordinates(cube)
     damaged = check_shards(cube).damaged
     for kind, shards in damaged.items():
         for shard in shards:
             cube.markers.drop_done(kind, shard)
     return damaged
+
+
+def stored_config_hash(path) -> str | None:
+    """The hash of the config a cube stores (None where it cannot be read back)."""
+    try:
+        return Cube(path).sweep.config_hash
+    except Exception:  # noqa: BLE001 - any failure to read it back: edited beyond reading
+        return None
+
+
+def _repair_config(cube: Cube) -> None:
+    """The stored config and its hash agreeing again where one of them was
+    edited (the caller found the cube this sweep's by the other): the hash
+    written again from the config, or the config from this sweep's file."""
+    attrs, sweep = cube.attrs, cube.sweep
+    stored = sweep.config_hash if attrs.get("config") == sweep.text else stored_config_hash(cube.path)
+    found = attrs.get("config_hash")
+    if stored == found:  # as made (this sweep's, or one with its solver written otherwise)
+        return
+    if stored == sweep.config_hash:
+        cube.set_attribute("config_hash", stored)
+        return
+    cube.set_attribute("config", sweep.text)
+    if found != sweep.config_hash:
+        cube.set_attribute("config_hash", sweep.config_hash)
+
+
+def _write_coordinates(cube: Cube) -> None:
+    """Every coordinate written again from the sweep's values (as the cube's
+    creation wrote them: the same bytes), and their checksums recorded again."""
+    import zarr
+
+    from engine.cube.structure import structure
+
+    arrays, _ = structure(cube.sweep, "unrecorded")
+    digests = {}
+    with quiet_zarr():
+        for name, v in arrays.items():
+            if v.values is not None:
+                array = zarr.open_array(cube.path / name, mode="r+")
+                array[...] = v.values
+                digests[name] = coordinate_digest(array[...])
+    cube.markers.record_coordinates(digests)
+
+
+def _write_whole(final, blob: bytes) -> None:
+    """`blob` at `final`, atomically: a reader finds the old file or the new one."""
+    tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp.write_bytes(blob)
+    os.replace(tmp, final)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +327,8 @@ class Verdict:
     shards_total: int
     writer: str | None  # "pid N on HOST" of the run writing it now, if one is
     mixed: list = dataclasses.field(default_factory=list)  # how its done shards disagree (mixing), one line each
+    unrepairable: list = dataclasses.field(default_factory=list)  # the problems no run repairs
+    notes: list = dataclasses.field(default_factory=list)  # what was not checked, and why: one line each
 
     @property
     def partial(self) -> bool:
@@ -199,10 +345,13 @@ class Verdict:
             line = "sound"
         if self.mixed:
             line += f", but mixed: {'; '.join(self.mixed)}"
+        line += "".join(f" ({note})" for note in self.notes)
         if not self.problems and not self.partial:
             return line
         if self.writer:
             return f"{line}; a run is writing it now ({self.writer})"
+        if self.unrepairable:
+            return f"{line}; {len(self.unrepairable)} of them no run repairs: solve it again with --overwrite"
         return f"{line}; run the same command again to {'repair' if self.problems else 'finish'} it"
 
 
@@ -212,28 +361,42 @@ def verify(path) -> list[str]:
 
 
 def examine(path) -> Verdict:
-    """Every done shard read back against its checksums, the cube's structure
-    checked, and how many shards are done (a cube being written is partial)."""
+    """Every done shard read back against its checksums, the coordinates
+    against theirs, the arrays' metadata and the stored config checked, and
+    how many shards are done (a cube being written is partial)."""
     from engine.cube.lock import writer
 
     running = writer(path)  # asked first: a run that ends meanwhile leaves a cube at least as done
     cube = Cube(path)
-    sweep = cube.sweep  # refuses non-cubes and other store formats
-    problems = []
+    sweep = cube.sweep  # refuses non-cubes, damaged ones, unreadable configs and other store formats
     attrs = cube.attrs
-    if attrs["config_hash"] != sweep.config_hash:
-        problems.append(f"config hash {attrs['config_hash'][:12]} does not match its config ({sweep.config_hash[:12]})")
+    repairs, unrepairable, notes = [], [], []
+    config = config_problem(cube, attrs)
+    if config:
+        repairs.append(config)
     if not attrs.get("engine_version"):
-        problems.append("no engine version recorded")
+        unrepairable.append("no engine version recorded")
     group = cube.group()
+    repairs += metadata_problems(cube, group).values()
+    coordinates, checksummed = coordinate_problems(cube, group)
+    (repairs if all(name in group or name == "" for name in coordinates) else unrepairable).extend(
+        coordinates.values())
+    if not checksummed:
+        notes.append("coordinates not checksummed (the cube was made before coordinates were): not checked")
     for layout, names in kind_arrays(sweep).values():
         for name in names:
-            chunks = layout.chunks + (sweep.study.outputs_by_name[name].shape if name in sweep.outputs else ())
+            extra = sweep.study.outputs_by_name[name].shape if name in sweep.outputs else ()
             if name not in group:
-                problems.append(f"variable {name} is missing")
-            elif tuple(group[name].chunks) != chunks:
-                problems.append(f"variable {name}: chunks {tuple(group[name].chunks)} are not the shards {chunks}")
+                unrepairable.append(f"variable {name} is missing")
+            elif tuple(group[name].chunks) != layout.chunks + extra:
+                unrepairable.append(f"variable {name}: chunks {tuple(group[name].chunks)} are not the shards "
+                                    f"{layout.chunks + extra}")
+            elif tuple(group[name].shape) != layout.shape + extra:
+                unrepairable.append(f"variable {name}: shape {tuple(group[name].shape)} is not the grid's "
+                                    f"{layout.shape + extra}")
     check = check_shards(cube)
     total = sum(layout.n_shards for layout, _ in kind_arrays(sweep).values())
     done = sum(len(markers) for markers in check.markers.values())
-    return Verdict(problems + check.problems(), done, total, running, mixing(check.markers, attrs))
+    problems = ([f"{line}: {RUN_REPAIRS}" for line in repairs] + [f"{line}: {OVERWRITE}" for line in unrepairable]
+                + check.problems())
+    return Verdict(problems, done, total, running, mixing(check.markers, attrs), unrepairable, notes)
