@@ -121,3 +121,68 @@ def check_memory(sweep: Sweep, workers: int = 1, plan: Plan | None = None) -> Co
             f"{cost.memory_budget / 2**30:.1f} GiB; lower {key.split('.')[1]}",
         )
     return cost
+
+
+def compile_kind(sweep: Sweep, plan: Plan) -> str:
+    """What a run's compile time is noted under (engine.solve.executables.COMPILE_TIMES)."""
+    return f"{sweep.study.name}/{plan.solver.name}/{plan.device.platform}"
+
+
+def describe_programs(sweep: Sweep, plan: Plan) -> str:
+    """Whether a run of the sweep compiles its programs (cold) or loads them
+    from the compile cache (warm), and what that is known from: the cache's
+    files for the programs' keys, the time a cold run of this kind compiled in
+    here before. No time of the solve itself: nothing measures it ahead."""
+    from engine._jax_setup import usable_cache_dir
+    from engine.solve.executables import compile_times
+
+    if usable_cache_dir() is None:
+        return "programs         to compile: no compile cache, every run compiles its programs"
+    try:
+        from engine.solve.evaluate import _in_settings_and_plan  # (its precision and platform, as a run's)
+
+        kept = _in_settings_and_plan(_kept_programs)(sweep.study, sweep.solver, sweep, plan=plan)
+    except Exception as err:  # noqa: BLE001 - a description: the run says what is wrong where it matters
+        return f"programs         not known ({type(err).__name__}: a run compiles or loads them as it starts)"
+    if all(state == "compiled" for state in kept):
+        return "programs         kept (warm): their compiled executables load from the cache, nothing to compile"
+    took = compile_times().get(compile_kind(sweep, plan))
+    known = (f"about {took:g} s: what a cold run of {compile_kind(sweep, plan)} compiled in here last" if took
+             else "its time not known here: no cold run of this study, solver and device noted yet")
+    traced = "; their traced programs kept" if all(state != "none" for state in kept) else ""
+    return f"programs         to compile (cold), {known}{traced}"
+
+
+def _kept_programs(study, settings, sweep: Sweep, *, plan: Plan) -> list[str]:
+    """For each program a run calls (the grid's, with [critical] the root
+    search's, as engine.runner.ahead makes them): "compiled" where its
+    executable is kept, "traced" where only its exported program is, else
+    "none". Keys as engine.solve.evaluate makes them, nothing traced."""
+    import numpy as np
+
+    from engine.solve import executables, exported
+    from engine.solve.device import current_device
+    from engine.solve.evaluate import _call_args, _fixed_and_columns, _put_for, _selected, staging_for
+
+    grid = sweep.point_params(sweep.axis_names, [np.asarray(axis.values[:1]) for axis in sweep.axes], 1)
+    calls = [(grid, sweep.outputs)]
+    if sweep.critical is not None:
+        c = sweep.critical
+        calls.append(({k: np.array(v[:1]) for k, v in grid.items()} | {c.axis: np.array(c.bracket[:1], float)},
+                      (c.output,)))
+    staging = staging_for(plan.device.accelerator)
+    states = []
+    for params, outputs in calls:
+        fixed, columns = _fixed_and_columns(study, params, plan.batch, settings.dtype)
+        count = min(len(next(iter(params.values()))), plan.batch)
+        args = (_call_args(columns, fixed, 0, count, plan.batch, _put_for(staging, plan.device.accelerator)),
+                np.int32(count))
+        key = exported.program_key(study, settings, _selected(study, outputs), plan, args)
+        single = plan.device.count == 1
+        if single and executables.stored(executables.executable_key(key, current_device(), staging)):
+            states.append("compiled")
+        elif key is not None and exported.stored(key):
+            states.append("traced")
+        else:
+            states.append("none")
+    return states

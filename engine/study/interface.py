@@ -9,6 +9,7 @@ import functools
 import importlib.metadata
 import importlib.resources
 import math
+import pathlib
 import re
 from collections.abc import Callable, Mapping
 
@@ -248,9 +249,43 @@ def demo_configs(package: str, folder: str = "demo") -> dict[str, str]:
     return {f.name.removesuffix(".toml"): f.read_text() for f in files.iterdir() if f.name.endswith(".toml")}
 
 
+class StudyLoadError(RuntimeError):
+    """A registered study's plugin failed to load (its module raised, or it names
+    no Study): one line naming the study, its entry point and the error."""
+
+
 def available_studies() -> dict[str, Callable[[], Study]]:
-    """Study loaders registered under the `rollsweep.studies` entry-point group."""
-    return {ep.name: ep.load for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    """Study loaders registered under the `rollsweep.studies` entry-point group.
+    A loader raises StudyLoadError where its plugin fails: one broken plugin
+    is that study's error, never every study's."""
+    return {ep.name: functools.partial(_load_plugin, ep)
+            for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _load_plugin(entry_point) -> Study:
+    where = f"study {entry_point.name!r} (entry point {entry_point.value})"
+    try:
+        study = entry_point.load()
+    except Exception as err:  # noqa: BLE001 - a plugin's import may raise anything; named, not a traceback
+        raise StudyLoadError(f"{where} failed to load: {_one_line(err)}") from err
+    if not isinstance(study, Study):
+        raise StudyLoadError(f"{where} names a value of type {type(study).__name__!r}, not an engine Study")
+    return study
+
+
+def _one_line(err: BaseException) -> str:
+    """`Type: message (file:line)`: the message's first line, and where the
+    plugin's own code raised (the innermost frame outside the import machinery)."""
+    import traceback
+
+    message = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+    text = f"{type(err).__name__}: {message}" if message else type(err).__name__
+    if isinstance(err, SyntaxError):  # its message already says where
+        return text
+    frames = [f for f in traceback.extract_tb(err.__traceback__)
+              if not f.filename.startswith("<") and "importlib" not in pathlib.PurePath(f.filename).parts
+              and f.filename != __file__]
+    return text + (f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else "")
 
 
 @functools.lru_cache(maxsize=1)
