@@ -5,7 +5,9 @@ of an existing dask cluster, which runs other users' tasks too)."""
 import contextlib
 import os
 import pathlib
+import sys
 import threading
+import traceback
 
 # A dask worker that owns one CPU core should not start a thread pool of its own.
 SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
@@ -35,6 +37,43 @@ def cache_dir() -> pathlib.Path | None:
     return user_cache() / "jax"
 
 
+def usable_cache_dir() -> pathlib.Path | None:
+    """cache_dir, where this process can make, read and write it; else None,
+    once a process said on stderr in one line (a cache only saves compiles:
+    a run goes on without one, compiling its programs each time). Set
+    $ROLLSWEEP_CACHE to '' so that the rest of the process, and the workers it
+    starts, keep no cache either and say nothing more."""
+    folder = cache_dir()
+    if folder is None:
+        return None
+    why = _unusable(folder)
+    if why is None:
+        return folder
+    shown = os.environ.get(CACHE_VARIABLE) or str(folder)
+    print(f"rollsweep: warning: the compile cache {shown} cannot be used ({why}); running without it, every "
+          f"program compiled afresh: set {CACHE_VARIABLE} to a writable folder (or to '' for none)",
+          file=sys.stderr)
+    os.environ[CACHE_VARIABLE] = ""
+    return None
+
+
+def _unusable(folder: pathlib.Path) -> str | None:
+    """Why `folder` cannot hold the cache (made where missing, a file written and
+    removed, its names readable), else None."""
+    probe = folder / f".rollsweep-probe-{os.getpid()}-{threading.get_ident()}"
+    try:
+        if folder.exists() and not folder.is_dir():
+            return "not a folder"
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+        if not os.access(folder, os.R_OK | os.X_OK):
+            return "not readable"
+    except OSError as err:
+        return err.strerror or type(err).__name__
+    return None
+
+
 def configure() -> None:
     import jax
 
@@ -50,7 +89,7 @@ def _use_compile_cache(jax) -> None:
     # JAX's thresholds (by default 1 s to compile) was compiled again in every
     # process, and a warm process is to compile nothing (tests/test_warm_compiles.py).
     # Size -1: no minimum, and none that JAX would choose for the file system.
-    folder = cache_dir()
+    folder = usable_cache_dir()
     if folder is None:
         return
     jax.config.update("jax_compilation_cache_dir", str(folder))
@@ -139,6 +178,22 @@ class DeviceError(RuntimeError):
     """A job asked for a GPU but JAX sees none."""
 
 
+def platform_failure(error: BaseException | None) -> str | None:
+    """One line for JAX's backends failing to start where $JAX_PLATFORMS names
+    only platforms it skips here (`cuda` without a visible NVIDIA GPU: JAX then
+    fails an assertion of its own, with no message); None for any other error
+    (JAX's RuntimeError for a platform that fails as it starts says so itself)."""
+    if not isinstance(error, AssertionError):
+        return None
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames or pathlib.PurePath(frames[-1].filename).name != "xla_bridge.py":
+        return None
+    asked = os.environ.get("JAX_PLATFORMS", "")
+    return (f"JAX could not start its devices: JAX_PLATFORMS={asked!r} names no platform it can start here "
+            "(cuda needs a visible NVIDIA GPU and its driver): set JAX_PLATFORMS=cpu, or unset it for JAX to "
+            "choose what this machine has")
+
+
 def check_device() -> None:
     """Raise DeviceError, in one line, where the job script asked for a GPU
     (REQUIRE_GPU=1) and JAX's default backend is not one."""
@@ -146,7 +201,8 @@ def check_device() -> None:
         return
     failure = backend_failure()
     if failure is not None:
-        raise DeviceError(f"{REQUIRE_GPU}=1: JAX could not start its devices: {failure}") from failure
+        why = platform_failure(failure) or f"JAX could not start its devices: {failure}"
+        raise DeviceError(f"{REQUIRE_GPU}=1: {why}") from failure
     import jax
 
     backend = jax.default_backend()

@@ -66,17 +66,28 @@ _workers = _integer(1, MAX_WORKERS)
 
 
 def _studies(args):
-    from engine.study.interface import available_studies, load_study
+    """Every study, or the one named; a study whose plugin fails to load is
+    named with its error in one line (exit 1) after the others are listed."""
+    from engine.study.interface import StudyLoadError, available_studies, load_study
 
-    if args.name is None:
-        studies = [load() for _, load in sorted(available_studies().items())]
-    else:
+    if args.name is not None:
         try:
-            studies = [load_study(args.name)]
+            study = load_study(args.name)
         except KeyError as err:
             raise ConfigError("<command line>", "studies NAME", err.args[0]) from None
-    for study in studies:
-        _describe_study(study, solvers=args.name is not None)
+        _describe_study(study, solvers=True)
+        return 0
+    broken = []
+    for _, load in sorted(available_studies().items()):
+        try:
+            study = load()
+        except StudyLoadError as err:
+            broken.append(err)
+            continue
+        _describe_study(study, solvers=False)
+    for err in broken:
+        print(f"rollsweep: error: {err}", file=sys.stderr)
+    return 1 if broken else 0
 
 
 def _describe_study(study, solvers: bool) -> None:
@@ -131,17 +142,20 @@ def _say_fused_fallback(sweep, plan) -> None:
 
 
 def _validate(args):
-    from engine.runner.cost import check_memory, plan_for
+    from engine._jax_setup import configure
+    from engine.runner.cost import check_memory, describe_programs, plan_for
     from engine.sweep.config import check_workers, load_sweep
 
     check_workers(args.workers)
     sweep = load_sweep(args.config, out=args.out)
+    configure()  # as a run's: its programs' keys are those of float64 and its compile cache
     plan = plan_for(sweep)
     _say_fused_fallback(sweep, plan)
     cost = check_memory(sweep, args.workers or 1, plan)
     axes = ", ".join(f"{a.name}[{len(a.values)}]" for a in sweep.axes)
     print(f"{args.config}: valid {sweep.study.name} sweep, axes {axes}")
     print(cost.describe())
+    print(describe_programs(sweep, plan))
     print(f"output           {sweep.out} (config hash {sweep.config_hash[:12]})")
 
 
@@ -172,6 +186,7 @@ def _run_sweep(args):
     args.store = sweep.out  # where a disk error happened, if it does not say
     configure()  # before the plan: its check's programs come from the compile cache too
     plan = plan_for(sweep)  # the run's one plan, and the message's
+    _note_compiles(sweep, plan)
     _say_fused_fallback(sweep, plan)
     # The program's compile (a warm process: its executable read from the cache)
     # started before the runner's own modules (zarr's among them) are imported.
@@ -191,6 +206,14 @@ def _run_sweep(args):
     )
     print(_summary(report))
     return report
+
+
+def _note_compiles(sweep, plan) -> None:
+    """The run's compiles timed and noted for `validate` (engine.solve.executables.COMPILE_TIMES)."""
+    from engine.runner.cost import compile_kind
+    from engine.solve.executables import note_compiles_as
+
+    note_compiles_as(compile_kind(sweep, plan))
 
 
 def _summary(report) -> str:
@@ -252,16 +275,38 @@ def _verify(args):
     return EXIT_PARTIAL if verdict.partial else 0
 
 
+# An eager solve still running this many seconds on says so, once: most points
+# take a second or less, a long one (millions of steps) minutes.
+POINT_QUIET_S = 5.0
+
+
 def _point(args):
     from engine._jax_setup import configure
-    from engine.runner.point import describe, select_point, solve_eagerly
+    from engine.runner.point import describe, select_point, solve_compiled, solve_eagerly
     from engine.sweep.config import load_sweep
 
     sweep = load_sweep(args.config, writes=False)
     params = select_point(sweep, args.at or [], args.index)
     configure()
     # An exception propagates whole: its traceback is the point of this command.
-    print(describe(sweep.study, solve_eagerly(sweep.study, params, sweep.solver)))
+    if args.compiled:
+        print("rollsweep point: compiling the point's solve (one program, seconds), then solving it", file=sys.stderr)
+        report = solve_compiled(sweep.study, params, sweep.solver)
+    else:
+        notice = threading.Timer(POINT_QUIET_S, _still_solving, (POINT_QUIET_S,))
+        notice.daemon = True
+        notice.start()
+        try:
+            report = solve_eagerly(sweep.study, params, sweep.solver)
+        finally:
+            notice.cancel()
+    print(describe(sweep.study, report))
+
+
+def _still_solving(seconds: float) -> None:
+    print(f"rollsweep point: still solving eagerly after {seconds:g} s, the study's code line by line (a long solve "
+          "takes minutes so); Ctrl-C stops it, --compiled solves it through a compiled program", file=sys.stderr,
+          flush=True)
 
 
 def _status(args):
@@ -357,6 +402,9 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("point", help="solve one point of a sweep eagerly (no compiling) to debug a study")
     p.add_argument("config")
+    p.add_argument("--compiled", action="store_true",
+                   help="solve it through one compiled program instead: seconds to compile, then a long solve "
+                        "(millions of steps) in seconds, not minutes")
     p.add_argument("--at", nargs="+", metavar="NAME=VALUE", help="the point's axis (or other parameter) values")
     p.add_argument("--index", type=_integer(0, MAX_POINTS - 1), metavar="N",
                    help="the grid's N-th point (C order of the axes; from 0)")
@@ -497,11 +545,11 @@ def _main(argv, freeze: bool = False) -> int:
         _import_command(args.module, args)
         code = args.fn(args)
     except KeyboardInterrupt as err:
-        return _interrupted(err)
+        return _interrupted(err, args.command)
     except Exception as err:
         stop = stops.behind(err)  # a stop that surfaced as another error (an ImportError, in jaxlib's start)
         if stop is not None:
-            return _interrupted(stop)
+            return _interrupted(stop, args.command)
         if isinstance(err, (ConfigError, StoreError)):
             print(f"rollsweep: error: {err}", file=sys.stderr)
             return EXIT_BAD_INPUT
@@ -514,10 +562,64 @@ def _main(argv, freeze: bool = False) -> int:
         if isinstance(err, OSError):  # full disk, read-only or vanished store
             print(f"rollsweep: error: {_disk_error(args, err)}", file=sys.stderr)
             return EXIT_BAD_INPUT
-        raise
+        line = _machine_failure(err)
+        if line is None:
+            raise
+        print(f"rollsweep: error: {line}", file=sys.stderr)
+        return 1
     return code or 0
 
 
-def _interrupted(stop: KeyboardInterrupt) -> int:
-    print("rollsweep: interrupted; run the same command again to resume", file=sys.stderr)
+def _machine_failure(err: Exception) -> str | None:
+    """One line for a failure of this machine or installation, not of the sweep
+    (exit 1): a study's plugin that does not load, JAX's platforms that do not
+    start, memory that runs out; None for any other error (a traceback: a bug)."""
+    from engine._jax_setup import platform_failure
+
+    interface = sys.modules.get("engine.study.interface")  # (imported where a study was loaded)
+    if interface is not None and isinstance(err, interface.StudyLoadError):
+        return str(err)
+    if isinstance(err, MemoryError):  # numpy's, and XLA's std::bad_alloc as nanobind raises it
+        return _out_of_memory(err)
+    if isinstance(err, ImportError) and _address_limit() is not None:  # a library's segments not mapped
+        return (f"{_first_line(err)}: a library could not be loaded under this process's address-space limit "
+                f"({_address_limit()}); raise it (ulimit -v unlimited)")
+    return platform_failure(err)
+
+
+def _out_of_memory(err: MemoryError) -> str:
+    what = f"out of memory ({_first_line(err)})"
+    limit = _address_limit()
+    if limit is not None:
+        return (f"{what} under this process's address-space limit ({limit}): raise it (ulimit -v unlimited), or "
+                "lower the sweep's [run] shard_size or batch_size")
+    return f"{what}: lower the sweep's [run] shard_size or batch_size, or run where more memory is free"
+
+
+def _address_limit() -> str | None:
+    """This process's address-space limit (`ulimit -v`), as a line names it; None where there is none."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY else f"ulimit -v {soft // 1024} KiB, {soft / 2**30:.2f} GiB"
+
+
+def _first_line(err: BaseException) -> str:
+    """`Type: message` of the innermost error behind `err` (numpy's ImportError
+    wraps the loader's), its first line."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    message = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+    return f"{type(err).__name__}: {message}" if message else type(err).__name__
+
+
+# Commands whose interrupted work the same command resumes (a cube's done shards are kept).
+RESUMABLE = ("run", "submit", "work", "demo")
+
+
+def _interrupted(stop: KeyboardInterrupt, command: str | None = None) -> int:
+    if command in RESUMABLE:
+        print("rollsweep: interrupted; run the same command again to resume", file=sys.stderr)
+    else:
+        print("rollsweep: interrupted", file=sys.stderr)
     return stops.take(stop)

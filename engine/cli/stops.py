@@ -102,6 +102,40 @@ class Stops:
             resend.join()
 
 
+def _stopped_early(signum, frame):
+    """Ctrl-C before the command's own stops are taken (while the program
+    imports its modules) or after they are given back (as it exits): nothing is
+    under way, so the process ends at once with one line, not a traceback."""
+    try:
+        sys.stdout.flush()  # what the command printed, where it has returned
+    except BaseException:  # noqa: BLE001, S110 - a flush interrupted mid-write, a closed stream: ending anyway
+        pass
+    try:
+        os.write(2, b"rollsweep: interrupted\n")
+    finally:
+        os._exit(130)
+
+
+def early() -> None:
+    """In the program's own process (the `rollsweep` script, `python -m
+    engine.cli`), Ctrl-C ends it with one line until the command takes its
+    stops (taken_in_main_thread), and again once it gives them back. Nothing
+    changes in another process that imports the engine (a notebook, a test)."""
+    if _is_the_program() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _stopped_early)
+
+
+def _is_the_program() -> bool:
+    processes = sys.modules.get("multiprocessing")  # a worker it started, given its sys.argv: not the program
+    if processes is not None and processes.parent_process() is not None:
+        return False
+    if os.path.basename(sys.argv[0]).removesuffix(".exe") == "rollsweep":
+        return True
+    # `python -m engine.cli`: while the package is imported sys.argv[0] is still "-m".
+    argv = getattr(sys, "orig_argv", [])
+    return any(a == "-m" and b == "engine.cli" for a, b in zip(argv, argv[1:], strict=False))
+
+
 # The stops of the command running in the main thread (None: none is).
 _current: Stops | None = None
 
@@ -126,7 +160,7 @@ def taken_in_main_thread():
         _current = stops
         sys.unraisablehook = stops.dropped
         for signum, default in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler)):
-            if signal.getsignal(signum) is default:
+            if signal.getsignal(signum) in (default, _stopped_early):  # (early's: given back as the command ends)
                 previous[signum] = signal.signal(signum, stops.raise_stop)
         yield stops
     finally:

@@ -2,7 +2,10 @@
 
 No compiled call: the study's code runs line by line (`jax.disable_jit`), so
 an exception's traceback ends where the study raised and a `breakpoint()` or
-`print` in the study works.
+`print` in the study works. A long solve (millions of steps, each a Python
+loop's turn) takes minutes so: `solve_compiled` solves the same point through
+one compiled program instead (its compile a few seconds, its solve the
+compiled loop's).
 """
 
 import dataclasses
@@ -67,28 +70,56 @@ def solve_eagerly(study, params: dict, settings) -> PointReport:
     """`study.solve_point` on one point without compiling; for a HybridPoint, the
     hybrid solve is run by its parts so that its event log can be shown."""
     import jax
+
+    with jax.disable_jit():
+        result, solution = _solve(study, _arguments(params, settings), settings)
+        return _report(study, params, result, solution)
+
+
+def solve_compiled(study, params: dict, settings) -> PointReport:
+    """The same solve as solve_eagerly's, traced once and compiled: one
+    program of one point (a study's error is raised as it is traced, its
+    traceback in the study's code as before; a value it prints is a tracer)."""
+    import jax
+
+    program = jax.jit(lambda args: _solve(study, args, settings))
+    result, solution = program(_arguments(params, settings))
+    return _report(study, params, result, solution)
+
+
+def _arguments(params: dict, settings) -> dict:
     import jax.numpy as jnp
 
+    return {k: jnp.asarray(v, settings.dtype) for k, v in params.items()}
+
+
+def _solve(study, args: dict, settings) -> tuple:
+    """(the point's result, its hybrid solution or None)."""
     from engine.solve.hybrid import HybridPoint
 
-    args = {k: jnp.asarray(v, settings.dtype) for k, v in params.items()}
-    point, events = study.solve_point, None
-    with jax.disable_jit():
-        if isinstance(point, HybridPoint):
-            y0, mode, point_args, t_end = point.start(args, settings)
-            solution = point.system.solve(y0, mode, point_args, settings, t_end)
-            result = point.finish(args, solution, settings)
-            events = _event_log(point.system, solution)
-        else:
-            result = point(args, settings)
+    point = study.solve_point
+    if not isinstance(point, HybridPoint):
+        return point(args, settings), None
+    y0, mode, point_args, t_end = point.start(args, settings)
+    solution = point.system.solve(y0, mode, point_args, settings, t_end)
+    return point.finish(args, solution, settings), solution
+
+
+def _report(study, params: dict, result, solution) -> PointReport:
     return PointReport(
         parameters=params,
         status=int(result.status),
         num_steps=int(result.num_steps),
         num_events=int(result.num_events),
-        events=events,
-        outputs={k: np.asarray(v) for k, v in result.outputs.items()},
+        events=None if solution is None else _event_log(study.solve_point.system, solution),
+        # In the study's order (a compiled program's dict comes back in its keys' order).
+        outputs={k: np.asarray(result.outputs[k]) for k in sorted(result.outputs, key=_order(study))},
     )
+
+
+def _order(study):
+    order = {name: i for i, name in enumerate(study.outputs_by_name)}
+    return lambda name: order.get(name, len(order))
 
 
 def _event_log(system, solution) -> list:

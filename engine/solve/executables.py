@@ -20,10 +20,12 @@ trusted; one that cannot be written costs the next process the program's way.
 
 import functools
 import hashlib
+import json
 import os
 import pathlib
 import pickle
 import threading
+import time
 import zlib
 
 from engine._jax_setup import cache_dir
@@ -151,11 +153,48 @@ def compiled_to_keep(key: str | None, lowered):
         return lowered.compile()
     _listening()
     _compiles.read = False
+    start = time.perf_counter()
     with outside:
         compiled = lowered.compile()
     if not _compiles.read:
         _keep(key, compiled)
+        _note_compile(time.perf_counter() - start)
     return compiled
+
+
+# The seconds a run's compiles took here (all its programs', as XLA compiled
+# them), noted under its kind (study, solver, platform): what `rollsweep
+# validate` says a cold run of that kind compiled in before, never a guess (the
+# file is a note: lost or damaged, no time is said).
+COMPILE_TIMES = "compile-seconds.json"
+_noting = {"kind": None, "seconds": 0.0}
+_noting_lock = threading.Lock()
+
+
+def note_compiles_as(kind: str | None) -> None:
+    """This process's compiles from now on noted under `kind` (a run's: see COMPILE_TIMES)."""
+    with _noting_lock:
+        _noting.update(kind=kind, seconds=0.0)
+
+
+def _note_compile(seconds: float) -> None:
+    folder = cache_dir()
+    with _noting_lock:
+        if _noting["kind"] is None or folder is None:
+            return
+        _noting["seconds"] += seconds
+        notes = compile_times() | {_noting["kind"]: round(_noting["seconds"], 1)}
+        write_whole(folder / "programs" / COMPILE_TIMES, json.dumps(notes, sort_keys=True).encode())
+
+
+def compile_times() -> dict:
+    """COMPILE_TIMES' notes, {} where there are none."""
+    folder = cache_dir()
+    try:
+        notes = json.loads((folder / "programs" / COMPILE_TIMES).read_text()) if folder is not None else {}
+    except (OSError, ValueError):
+        return {}
+    return notes if isinstance(notes, dict) else {}
 
 
 def _not_in_jax_cache():

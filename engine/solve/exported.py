@@ -68,6 +68,12 @@ def _path(key: str) -> pathlib.Path | None:
     return None if folder is None else folder / "programs" / f"{key}.stablehlo"
 
 
+def stored(key: str) -> bool:
+    """Whether a program is kept under `key` (a file: read or not, see program)."""
+    path = _path(key)
+    return path is not None and path.is_file()
+
+
 def _load(path: pathlib.Path):
     from jax import export
 
