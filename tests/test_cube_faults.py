@@ -20,6 +20,7 @@ import zarr
 
 from engine.cli.commands import main
 from engine.cube.markers import Markers
+from engine.cube.provenance import describe_identity
 from engine.cube.store import open_cube, quiet_zarr
 from engine.runner.execute import run
 from engine.sweep.config import load_sweep
@@ -203,6 +204,42 @@ def test_config_hash_edited_is_found_and_the_next_run_repairs_it(cube, made, cap
 
     assert cli(capsys, "run", sweep, "--quiet")[0] == 0
     assert_sound_as_made(capsys, path, made)
+
+
+@pytest.mark.parametrize("lost", ["garbled", "removed"])
+def test_identity_lost_is_found_and_the_next_run_resumes_as_the_shards_were_solved(cube, made, capsys, lost):
+    """The identity record (how the rest is to be solved) unreadable or gone:
+    verify says so; the next run solves the pending shard as the others were
+    (their done markers say how) and writes the record back."""
+    path, sweep = cube
+    markers = Markers(path)
+    before = markers.identity_path.read_bytes()
+    markers.identity_path.write_text("{") if lost == "garbled" else markers.identity_path.unlink()
+    markers.drop_done("grid", 1)  # a shard to solve
+    code, out, _ = cli(capsys, "verify", path)
+    solved = describe_identity(json.loads(before))
+    assert code == 1, out
+    assert (f"its identity (_rollsweep/identity.json) is lost or cannot be read (its done shards were solved with "
+            f"{solved}): a run repairs it") in out
+
+    report = run(load_sweep(sweep), progress=False)
+    assert report.state == "resumed" and report.shards_run == 1, report
+    assert json.loads(markers.identity_path.read_bytes()) == json.loads(before)
+    assert_sound_as_made(capsys, path, made)
+
+
+def test_identity_edited_is_named_as_no_run_repairs_it(cube, capsys):
+    """A record that says otherwise is what a run resumes by (refused where this
+    run solves otherwise, tests/test_cube_identity.py): verify names it."""
+    path, _ = cube
+    markers = Markers(path)
+    solved = describe_identity(markers.identity())
+    edited = markers.identity() | {"device": "cpu (sse4.2)"}
+    markers.identity_path.write_text(json.dumps(edited))
+    code, out, _ = cli(capsys, "verify", path)
+    assert code == 1, out
+    assert (f"its identity (_rollsweep/identity.json) says {describe_identity(edited)}, but its done shards were "
+            f"solved with {solved} (edited: restore it): no run repairs it") in out
 
 
 def test_what_no_run_repairs_verify_names_with_what_to_do(cube, made, capsys):

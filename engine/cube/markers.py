@@ -47,6 +47,7 @@ class Markers:
 
     def __init__(self, path):
         self.folder = pathlib.Path(path) / MARKERS
+        self._solved = None  # how the done shards were solved, where the record was found otherwise
 
     @property
     def slurm_folder(self) -> pathlib.Path:
@@ -103,9 +104,33 @@ class Markers:
         return self.folder / IDENTITY
 
     def identity(self) -> dict | None:
-        """How the cube's shards are solved (None: not recorded yet)."""
+        """How the cube's shards are solved (None: not recorded yet), as recorded,
+        or as its done shards were solved where a run found the record edited
+        (`follow_shards`)."""
+        if self._solved is not None:
+            return self._solved
         content = _read_json(self.identity_path)
         return content if isinstance(content, dict) else None
+
+    def solved_identity(self, markers: dict | None = None) -> dict | None:
+        """How the done shards say they were solved, where all that say it agree
+        (None: none says, or they disagree: a cube that mixes, made before
+        identities were held to one); `markers`: kind -> {shard: content} where
+        read already."""
+        found = markers if markers is not None else {kind: self.read(kind) for kind in KINDS}
+        said = {json.dumps(m["solved_with"], sort_keys=True) for shards in found.values() for m in shards.values()
+                if isinstance(m, dict) and isinstance(m.get("solved_with"), dict)}
+        return json.loads(said.pop()) if len(said) == 1 else None
+
+    def follow_shards(self) -> dict | None:
+        """Where the identity record is lost or cannot be read while done shards
+        say how they were solved, take theirs as the cube's in this process
+        (written back by engine.cube.verify.repair, under the store's lock): a
+        run then solves the rest as they were. Returns theirs where taken."""
+        if self.identity() is not None:
+            return None
+        self._solved = self.solved_identity()
+        return self._solved
 
     def claim_identity(self, identity: dict) -> dict:
         """Record `identity` as how the cube's shards are solved, unless one is
@@ -125,9 +150,15 @@ class Markers:
             tmp.unlink(missing_ok=True)
         return self.identity() or identity
 
+    def record_identity(self, identity: dict) -> None:
+        """`identity` as the cube's, replacing the one recorded (a repair: how its shards were solved)."""
+        _write_json(self.identity_path, identity)
+        self._solved = None
+
     def forget_identity(self) -> None:
         """No shard is done: the next run records its own."""
         self.identity_path.unlink(missing_ok=True)
+        self._solved = None
 
     @property
     def coordinates_path(self) -> pathlib.Path:

@@ -69,6 +69,7 @@ def existing(sweep: Sweep, path, overwrite: bool = False) -> Cube | None:
     attrs = cube.attrs
     _check_is_cube(cube, attrs)
     _check_config(cube, attrs)
+    cube.markers.follow_shards()  # an identity record edited or lost: resumed as its shards were solved
     return cube
 
 

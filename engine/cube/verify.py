@@ -22,7 +22,7 @@ import uuid
 import numpy as np
 
 from engine.cube.chunks import digest
-from engine.cube.markers import GRID
+from engine.cube.markers import GRID, MARKERS, Markers
 from engine.cube.provenance import describe_identity
 from engine.cube.store import Cube, quiet_zarr
 from engine.cube.structure import coordinate_digest, kind_arrays
@@ -246,12 +246,29 @@ def config_problem(cube: Cube, attrs: dict) -> str | None:
     return None
 
 
+def identity_problem(cube: Cube, markers: dict) -> tuple[str, bool] | None:
+    """Where the cube's identity record is not how its done shards (`markers`:
+    kind -> {shard: content}) say they were solved, and whether a run repairs
+    it: one lost or unreadable it writes again from the shards; one that says
+    otherwise (edited) a run resumes by, as it resumes any cube by its record."""
+    solved = cube.markers.solved_identity(markers)
+    recorded = cube.markers.identity()
+    if solved is None or solved == recorded:
+        return None
+    name = f"{MARKERS}/{cube.markers.identity_path.name}"
+    if recorded is None:
+        return f"its identity ({name}) is lost or cannot be read (its done shards were solved with " \
+               f"{describe_identity(solved)})", True
+    return (f"its identity ({name}) says {describe_identity(recorded)}, but its done shards were solved with "
+            f"{describe_identity(solved)} (edited: restore it)", False)
+
+
 def repair(cube: Cube) -> dict:
     """What a run repairs before it solves, `cube` opened with the run's sweep
     (whose config hash the caller has found the cube's): the stored config or
-    its hash, arrays' metadata, coordinates; then it drops the done markers of
-    damaged shards, so that this run solves them again. Returns the damaged
-    shards by kind."""
+    its hash, arrays' metadata, coordinates, the identity (as its done shards
+    were solved); then it drops the done markers of damaged shards, so that
+    this run solves them again. Returns the damaged shards by kind."""
     _repair_config(cube)
     group = cube.group()
     for name in metadata_problems(cube, group):
@@ -260,11 +277,14 @@ def repair(cube: Cube) -> dict:
     coordinates, _ = coordinate_problems(cube, group)
     if coordinates and all(name in group or name == "" for name in coordinates):
         _write_coordinates(cube)
-    damaged = check_shards(cube).damaged
-    for kind, shards in damaged.items():
+    check = check_shards(cube)
+    solved = cube.markers.solved_identity(check.markers)
+    if solved is not None and Markers(cube.path).identity() is None:  # the record lost, or unreadable
+        cube.markers.record_identity(solved)
+    for kind, shards in check.damaged.items():
         for shard in shards:
             cube.markers.drop_done(kind, shard)
-    return damaged
+    return check.damaged
 
 
 def stored_config_hash(path) -> str | None:
@@ -395,6 +415,9 @@ def examine(path) -> Verdict:
                 unrepairable.append(f"variable {name}: shape {tuple(group[name].shape)} is not the grid's "
                                     f"{layout.shape + extra}")
     check = check_shards(cube)
+    identity = identity_problem(cube, check.markers)
+    if identity:
+        (repairs if identity[1] else unrepairable).append(identity[0])
     total = sum(layout.n_shards for layout, _ in kind_arrays(sweep).values())
     done = sum(len(markers) for markers in check.markers.values())
     problems = ([f"{line}: {RUN_REPAIRS}" for line in repairs] + [f"{line}: {OVERWRITE}" for line in unrepairable]
