@@ -94,6 +94,9 @@ def test_garbled_array_metadata_is_found_and_the_next_run_repairs_it(cube, made,
     assert code == 1, out
     assert "final_displacement/zarr.json (its metadata) cannot be read: a run repairs it" in out
     assert "1 problems; run the same command again to repair it" in out
+    code, out, _ = cli(capsys, "status", path)  # status counts it as verify does
+    assert code == 1 and "damaged final_displacement/zarr.json (its metadata) cannot be read: a run repairs it\n" in out
+    assert out.endswith("\ndamaged: run the same command again to repair it\n"), out
 
     assert cli(capsys, "run", sweep, "--quiet")[0] == 0
     assert own.read_bytes() == before
@@ -254,6 +257,9 @@ def test_what_no_run_repairs_verify_names_with_what_to_do(cube, made, capsys):
     assert ("variable num_events is missing: no run repairs it: solve the cube again with rollsweep run "
             "--overwrite") in out
     assert out.strip().endswith("1 of them no run repairs: solve it again with --overwrite"), out
+    code, out, _ = cli(capsys, "status", path)
+    assert code == 1 and out.endswith("\ndamaged: no run repairs it: solve the cube again with rollsweep run "
+                                      "--overwrite\n"), out
 
     assert cli(capsys, "run", sweep, "--quiet", "--overwrite")[0] == 0
     assert_sound_as_made(capsys, path, made)

@@ -6,9 +6,21 @@ from engine.cube.devices import describe_devices
 from engine.cube.lock import writer
 from engine.cube.markers import CRITICAL, GRID
 from engine.cube.store import Cube
-from engine.cube.verify import by_code, by_identity, check_shards, shards_by_code, shards_by_identity
+from engine.cube.verify import (
+    OVERWRITE,
+    RUN_REPAIRS,
+    by_code,
+    by_identity,
+    check_shards,
+    cube_problems,
+    shards_by_code,
+    shards_by_identity,
+)
 from engine.study.status import Status
 from engine.sweep.layout import layouts
+
+# How the cube's own problems end (engine.cube.verify.CubeProblems.lines), which the shards' do not.
+_SAYS_WHO_REPAIRS = (RUN_REPAIRS, OVERWRITE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +32,8 @@ class Progress:
     failed_points: int
     status_counts: dict  # status name -> count, over the grid
     failed: list  # shards whose computation raised: {"kind", "shard", "error"}
-    damaged: list = dataclasses.field(default_factory=list)  # what verify finds, one line each
+    damaged: list = dataclasses.field(default_factory=list)  # what verify finds, one line each: its shards' damage,
+    # then the cube's own (engine.cube.verify.cube_problems), which say whether a run repairs them
     devices: str = ""  # which devices solved the done shards, one line
     writer: str | None = None  # "pid N on HOST" of the run writing the cube now, if one is
     solved: list = dataclasses.field(default_factory=list)  # by which code and how the done shards were solved
@@ -44,9 +57,14 @@ class Progress:
         lines += self.solved
         lines += [f"  {name:<14} {count:,}" for name, count in self.status_counts.items()]
         lines += [f"failed {f['kind']} shard {f['shard']}: {f['error']}" for f in self.failed]
-        lines += [f"damaged {line} (solved again by the next run)" for line in self.damaged]
+        lines += [f"damaged {line}" + ("" if line.endswith(_SAYS_WHO_REPAIRS) else " (solved again by the next run)")
+                  for line in self.damaged]
         if self.complete:
             lines.append("complete")
+        elif any(line.endswith(OVERWRITE) for line in self.damaged):
+            lines.append(f"damaged: {OVERWRITE}")
+        elif self.damaged and all(done == total for done, total in self.shards_done.values()):
+            lines.append("damaged: run the same command again to repair it")
         elif self.writer:
             lines.append(f"running: its other shards are being solved ({self.writer})")
         else:
@@ -73,7 +91,7 @@ def progress(path) -> Progress:
             points_done = sum(m.get("points", 0) for m in markers.values())
     counts = {s.name.lower(): check.status_counts[s] for s in Status if check.status_counts.get(s)}
     return Progress(sweep.study.name, shards, points_done, grid.n_points, failed, counts, cube.markers.failed(),
-                    check.problems(), describe_devices(cube.markers), running,
+                    check.problems() + cube_problems(cube, check).lines(), describe_devices(cube.markers), running,
                     solved_lines(check.markers, cube.attrs.get("study_fingerprint")))
 
 

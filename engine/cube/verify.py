@@ -389,37 +389,56 @@ def examine(path) -> Verdict:
     running = writer(path)  # asked first: a run that ends meanwhile leaves a cube at least as done
     cube = Cube(path)
     sweep = cube.sweep  # refuses non-cubes, damaged ones, unreadable configs and other store formats
-    attrs = cube.attrs
-    repairs, unrepairable, notes = [], [], []
+    check = check_shards(cube)
+    found = cube_problems(cube, check)
+    total = sum(layout.n_shards for layout, _ in kind_arrays(sweep).values())
+    done = sum(len(markers) for markers in check.markers.values())
+    return Verdict(found.lines() + check.problems(), done, total, running, mixing(check.markers, cube.attrs),
+                   found.unrepairable, found.notes)
+
+
+@dataclasses.dataclass
+class CubeProblems:
+    """What is wrong with a cube besides its shards: what a run repairs, what
+    none does, and what was not checked (one line each)."""
+
+    repairs: list = dataclasses.field(default_factory=list)
+    unrepairable: list = dataclasses.field(default_factory=list)
+    notes: list = dataclasses.field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        return [f"{line}: {RUN_REPAIRS}" for line in self.repairs] + [f"{line}: {OVERWRITE}"
+                                                                      for line in self.unrepairable]
+
+
+def cube_problems(cube: Cube, check: ShardCheck) -> CubeProblems:
+    """The stored config, its identity record (against `check`'s sound done
+    shards), each array's metadata, shape and chunks, and the coordinates."""
+    sweep, attrs, group = cube.sweep, cube.attrs, cube.group()
+    found = CubeProblems()
     config = config_problem(cube, attrs)
     if config:
-        repairs.append(config)
+        found.repairs.append(config)
     if not attrs.get("engine_version"):
-        unrepairable.append("no engine version recorded")
-    group = cube.group()
-    repairs += metadata_problems(cube, group).values()
+        found.unrepairable.append("no engine version recorded")
+    identity = identity_problem(cube, check.markers)
+    if identity:
+        (found.repairs if identity[1] else found.unrepairable).append(identity[0])
+    found.repairs += metadata_problems(cube, group).values()
     coordinates, checksummed = coordinate_problems(cube, group)
-    (repairs if all(name in group or name == "" for name in coordinates) else unrepairable).extend(
+    (found.repairs if all(name in group or name == "" for name in coordinates) else found.unrepairable).extend(
         coordinates.values())
     if not checksummed:
-        notes.append("coordinates not checksummed (the cube was made before coordinates were): not checked")
+        found.notes.append("coordinates not checksummed (the cube was made before coordinates were): not checked")
     for layout, names in kind_arrays(sweep).values():
         for name in names:
             extra = sweep.study.outputs_by_name[name].shape if name in sweep.outputs else ()
             if name not in group:
-                unrepairable.append(f"variable {name} is missing")
+                found.unrepairable.append(f"variable {name} is missing")
             elif tuple(group[name].chunks) != layout.chunks + extra:
-                unrepairable.append(f"variable {name}: chunks {tuple(group[name].chunks)} are not the shards "
-                                    f"{layout.chunks + extra}")
+                found.unrepairable.append(f"variable {name}: chunks {tuple(group[name].chunks)} are not the shards "
+                                          f"{layout.chunks + extra}")
             elif tuple(group[name].shape) != layout.shape + extra:
-                unrepairable.append(f"variable {name}: shape {tuple(group[name].shape)} is not the grid's "
-                                    f"{layout.shape + extra}")
-    check = check_shards(cube)
-    identity = identity_problem(cube, check.markers)
-    if identity:
-        (repairs if identity[1] else unrepairable).append(identity[0])
-    total = sum(layout.n_shards for layout, _ in kind_arrays(sweep).values())
-    done = sum(len(markers) for markers in check.markers.values())
-    problems = ([f"{line}: {RUN_REPAIRS}" for line in repairs] + [f"{line}: {OVERWRITE}" for line in unrepairable]
-                + check.problems())
-    return Verdict(problems, done, total, running, mixing(check.markers, attrs), unrepairable, notes)
+                found.unrepairable.append(f"variable {name}: shape {tuple(group[name].shape)} is not the grid's "
+                                          f"{layout.shape + extra}")
+    return found
