@@ -260,6 +260,8 @@ def test_what_no_run_repairs_verify_names_with_what_to_do(cube, made, capsys):
     code, out, _ = cli(capsys, "status", path)
     assert code == 1 and out.endswith("\ndamaged: no run repairs it: solve the cube again with rollsweep run "
                                       "--overwrite\n"), out
+    cli(capsys, "run", sweep, "--quiet")  # as said: a run does not repair it
+    assert cli(capsys, "verify", path)[0] == 1
 
     assert cli(capsys, "run", sweep, "--quiet", "--overwrite")[0] == 0
     assert_sound_as_made(capsys, path, made)
@@ -270,6 +272,7 @@ def test_what_no_run_repairs_verify_names_with_what_to_do(cube, made, capsys):
 MISSING = {
     "markers": ("_rollsweep", "its markers' folder _rollsweep/ is missing"),
     "metadata": ("zarr.json", "its metadata zarr.json is missing"),
+    "metadata-garbled": ("zarr.json", "its metadata zarr.json is not readable"),
 }
 
 
@@ -278,7 +281,10 @@ MISSING = {
 def test_a_cube_missing_its_markers_or_metadata_is_refused_in_one_line(cube, capsys, command, lost):
     path, sweep = cube
     name, said = MISSING[lost]
-    shutil.rmtree(path / name) if (path / name).is_dir() else (path / name).unlink()
+    if lost.endswith("garbled"):
+        _garble(path / name)
+    else:
+        shutil.rmtree(path / name) if (path / name).is_dir() else (path / name).unlink()
     before = files(path.parent)
     code, out, err = cli(capsys, command, sweep if command == "run" else path, *(["--quiet"] * (command == "run")))
     assert code == 2 and not out and len(err.splitlines()) == 1, (out, err)

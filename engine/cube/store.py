@@ -96,7 +96,8 @@ class Cube:
                 self._sweep = parse_sweep(attrs["config"], file=attrs.get("config_file", str(self.path)),
                                           out=str(self.path))
             except (ConfigError, KeyError, TypeError) as err:  # its config attribute gone or edited
-                raise StoreError(f"{self.path}: its stored config (attribute config) cannot be read ({err}); "
+                said = " ".join(str(err).split())  # one line
+                raise StoreError(f"{self.path}: its stored config (attribute config) cannot be read ({said}); "
                                  "a run of the sweep file that made it repairs it") from None
         return self._sweep
 
