@@ -13,11 +13,19 @@ BIN     = $(VENV)/bin
 
 .PHONY: demo test test-all bench clean
 
+# pip -q prints errors and warnings only. setuptools (>= 70) adds to every
+# editable install a boxed "Editable installation" notice (about folders named
+# like a package); it is the one warning ignored, by its message: any other
+# warning, and every error, still shows.
+PIP_INSTALL = PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install -q
+
 $(BIN)/rollsweep: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[$(strip $(EXTRAS))]"
-	touch $@
+	@echo "Setting up $(VENV): rollsweep, its dependencies and the '$(strip $(EXTRAS))' extras (a few minutes the first time)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PIP_INSTALL) --upgrade pip
+	@$(PIP_INSTALL) -e ".[$(strip $(EXTRAS))]"
+	@touch $@
+	@echo "Set up: $(BIN)/rollsweep"
 
 demo: $(BIN)/rollsweep  ## run every study's demo sweeps and draw their figures into demo/
 	$(BIN)/rollsweep demo --out demo
@@ -33,7 +41,7 @@ test-all: $(BIN)/rollsweep  ## every test, slow ones included
 	$(BIN)/python -m pytest -p no:cacheprovider -m "" -n $(strip $(TEST_WORKERS)) --dist loadfile --durations=30
 
 bench: $(BIN)/rollsweep  ## every study against the baselines a user would write, one run each (run_all.py --quick: smoke test)
-	$(BIN)/python -m pip install -q -e ".[bench]"
+	@$(PIP_INSTALL) -e ".[bench]"
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
