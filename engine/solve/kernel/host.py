@@ -194,8 +194,10 @@ def _build(cc: str, include: str, text: str, key: str, libs: tuple[str, ...], wh
     try:
         c_file, built = scratch / "kernel.c", scratch / "kernel.so"
         c_file.write_text(text)
-        run = subprocess.run([cc, *FLAGS, "-I", include, "-o", str(built), str(c_file), *libs],
-                             capture_output=True, text=True)
+        # Named from inside the scratch folder (a name of its own otherwise goes into the
+        # library): two processes building one library build the same bytes, the digest's.
+        run = subprocess.run([cc, *FLAGS, "-I", include, "-o", built.name, c_file.name, *libs],
+                             capture_output=True, text=True, cwd=scratch)
         if run.returncode != 0:
             raise KernelUnsupported(f"{cc} failed to build {what}:\n{run.stderr[-4000:]}")
         # The digest in place before the library: a library found has the digest it was built with.
