@@ -30,6 +30,7 @@ _PUBLIC = {
     "Parameter": "engine.study.interface",
     "PointResult": "engine.study.interface",
     "Study": "engine.study.interface",
+    "TIME": "engine.study.interface",
     "available_studies": "engine.study.interface",
     "demo_configs": "engine.study.interface",
     "load_study": "engine.study.interface",

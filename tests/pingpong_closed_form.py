@@ -135,6 +135,23 @@ def final_displacement(p=None, /, **kw):
     return phase1_state(slide_end_time(P), P)[0] + _rolling(P)[4]
 
 
+def centre(t, p=None, /, **kw):
+    """(x, xdot) of the centre at time t >= 0: sliding up to t*, rolling up to
+    t* + tau (x'' = -c xdot - d from (x(t*), u0): the sliding phase's form with
+    v0 -> u0, mu g -> d, 2 beta -> c), at rest after."""
+    P = _params(p, kw)
+    t_star = slide_end_time(P)
+    if t <= t_star:
+        return phase1_state(t, P)[:2]
+    x_star = phase1_state(t_star, P)[0]
+    u0, c, d, tau, distance = _rolling(P)
+    if t >= t_star + tau:
+        return x_star + distance, 0.0
+    s = t - t_star
+    y = c * s
+    return x_star + u0 * s * e1(y) - d * s * s * g2(y), u0 * math.exp(-y) - d * s * e1(y)
+
+
 def friction_margin(p=None, /, **kw):
     """max over rolling of |F| / (mu m g), F/m = (2/3) x'' + lam delta g / r."""
     P = _params(p, kw)

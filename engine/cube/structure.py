@@ -74,11 +74,18 @@ def structure(sweep: Sweep, devices: str) -> tuple[dict[str, Variable], dict]:
         for dim, labels in o.labels.items():
             values = np.array(labels, dtype=object)  # zarr v3 "string" dtype
             arrays[dim] = Variable((dim,), values.shape, "str", {}, values=values)
+        if o.sampled:
+            arrays["time"] = time_coordinate(sweep)
         attrs = described(o)
         if o.optional:
             attrs["note"] = "NaN where absent (not a failure: see status)"
-        data[o.name] = Variable(dims + extra, grid.shape + o.shape, sweep.solver.dtype, attrs,  # as solved
-                                chunks=grid.chunks + o.shape)
+        if o.sampled:
+            attrs["note"] = "NaN at the times before a point's solve starts and after it ends"
+        # A shard's block holds its points' whole values (a sampled output's every
+        # time, docs/cubes.md): one chunk a shard, written and checksummed whole.
+        shape = sweep.output_shape(o.name)
+        data[o.name] = Variable(dims + extra, grid.shape + shape, sweep.solver.dtype, attrs,  # as solved
+                                chunks=grid.chunks + shape)
     counters = {
         "status": ("int8", status_attrs()),
         "num_steps": ("int32", {"long_name": "solver steps taken, all segments"}),
@@ -103,6 +110,15 @@ def structure(sweep: Sweep, devices: str) -> tuple[dict[str, Variable], dict]:
     attrs.update(provenance(sweep, devices))
     attrs["store_format"] = STORE_FORMAT
     return arrays, {k: _attribute(v) for k, v in attrs.items()}
+
+
+def time_coordinate(sweep: Sweep) -> Variable:
+    """The sweep's sample times (`[save] times`), in the study's time unit."""
+    values = np.asarray(sweep.save_times, dtype="float64")
+    unit = sweep.study.time_unit
+    return Variable(("time",), values.shape, "float64", {"long_name": "time", "units": unit,
+                                                          "description": "the times the sampled outputs hold"},
+                    values=values)
 
 
 def described(declared, **override) -> dict:

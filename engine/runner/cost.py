@@ -55,7 +55,7 @@ def plan_for(sweep: Sweep) -> Plan:
     sweep's error (`run.batch_solver`), raised before anything is written."""
     try:
         return make_plan(sweep.study, solver=sweep.batch_solver, batch=sweep.batch_size,
-                         points=math.prod(sweep.shape))
+                         points=math.prod(sweep.shape), sampled=bool(sweep.save_times))
     except ValueError as error:
         if sweep.batch_solver is None:
             raise
@@ -67,7 +67,7 @@ def estimate(sweep: Sweep, workers: int = 1, plan: Plan | None = None) -> Cost:
     grid, critical = layouts(sweep)
     plan = plan or plan_for(sweep)
     call_bytes = plan.solver.working_bytes(plan)
-    n_values = sum(math.prod(sweep.study.outputs_by_name[n].shape) for n in sweep.outputs) + len(sweep.axes) + 3
+    n_values = sum(math.prod(sweep.output_shape(n)) for n in sweep.outputs) + len(sweep.axes) + 3
     shard_points = math.prod(grid.chunks)
     aim = task_points(plan, grid.n_points, workers, shard_points)
     # A task holds whole shards: at most its aim and one shard less, or one shard.

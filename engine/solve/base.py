@@ -115,7 +115,9 @@ def safe_params(study, dtype, params):
 
 def masked(study, dtype, selected: tuple[str, ...], result, admitted):
     """The engine's guarantees on one point's result: status, NaN where not a success."""
-    required = [result.outputs[k] for k in selected if not study.outputs_by_name[k].optional]
+    # A sampled output's NaN before a point's start and after its end are no failure.
+    required = [result.outputs[k] for k in selected
+                if not (study.outputs_by_name[k].optional or study.outputs_by_name[k].sampled)]
     finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(v)) for v in required] or [True]))
     status = jnp.asarray(result.status, jnp.int8)
     status = jnp.where((status == Status.SUCCESS) & ~finite, jnp.int8(Status.NONFINITE), status)

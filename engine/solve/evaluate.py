@@ -72,7 +72,8 @@ def packed_layout(study, settings: SolverSettings, selected: tuple[str, ...], pl
     None where its results are not packed."""
     if not staging.results_packed:
         return None
-    return call_results_layout(tuple(study.outputs_by_name[k].shape for k in selected), settings.dtype, plan.batch)
+    shapes = tuple(study.outputs_by_name[k].shape_at(len(settings.save_times)) for k in selected)
+    return call_results_layout(shapes, settings.dtype, plan.batch)
 
 
 def compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: Plan):
@@ -402,7 +403,7 @@ def evaluate(
     called from (_in_settings_and_plan).
     """
     if plan is None:
-        plan = make_plan(study, solver=solver, batch=batch_size, width=width)
+        plan = make_plan(study, solver=solver, batch=batch_size, width=width, sampled=bool(settings.save_times))
     return Queued(study, settings, params, outputs, plan, empty).result()
 
 

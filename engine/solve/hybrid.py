@@ -100,6 +100,11 @@ class HybridSolution(PytreeDataclass):
 
     event_t[k], event_y[k], event_code[k]: time, state (before the reset) and
     index (into `HybridSystem.transitions`) of the k-th event; NaN/-1 if unused.
+
+    saved_t, saved_y, saved_mode: the settings' sample times (`[save] times`),
+    the state and the mode there; at an event's time the state after its
+    reset; NaN and -1 at the times before the solve starts and after it ends.
+    None where the settings sample no times.
     """
 
     t: jax.Array
@@ -111,6 +116,9 @@ class HybridSolution(PytreeDataclass):
     event_t: jax.Array
     event_y: jax.Array
     event_code: jax.Array
+    saved_t: jax.Array | None = None
+    saved_y: jax.Array | None = None
+    saved_mode: jax.Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +187,18 @@ class HybridSystem:
         conds = [gated(j, m, tr.condition) for j, (m, tr) in enumerate(self.transitions)]
         directions = [tr.direction for _, tr in self.transitions]
         return diffrax.Event(conds, direction=directions)
+
+    @staticmethod
+    def _save_at(times, t0, t1) -> "diffrax.SaveAt":
+        """A segment's saves: its end and the solver's state there; and where
+        the settings sample `times`, those within its span [t0, t1] (the others
+        clipped to its ends and not kept: saved_in_segment)."""
+        import diffrax
+
+        if times is None:
+            return diffrax.SaveAt(t1=True, solver_state=True)
+        return diffrax.SaveAt(subs=(diffrax.SubSaveAt(t1=True), diffrax.SubSaveAt(ts=jnp.clip(times, t0, t1))),
+                              solver_state=True)
 
     def start_values(self, t, y, mode, params):
         """Every transition's condition at a segment's start, as the crossing
@@ -309,6 +329,7 @@ class HybridSystem:
         event = self._event() if transitions else None
         solver = Unrolled(settings.make_solver())
         controller = settings.make_controller()
+        times = jnp.asarray(settings.save_times, dtype) if settings.save_times else None
 
         def body(carry):
             c, finished = carry  # the solution so far (the loop's state) and whether it is finished
@@ -318,21 +339,25 @@ class HybridSystem:
             # cost the batch no lockstep iterations.
             running = ~finished
             starts = self.start_values(c.t, c.y, c.mode, params)
+            t1 = jnp.where(running, horizon, c.t)
             sol = diffrax.diffeqsolve(
                 term,
                 solver,
                 t0=c.t,
-                t1=jnp.where(running, horizon, c.t),
+                t1=t1,
                 dt0=None,
                 y0=c.y,
                 args=(c.mode, params, starts),
-                saveat=diffrax.SaveAt(t1=True, solver_state=True),
+                saveat=self._save_at(times, c.t, t1),
                 stepsize_controller=controller,
                 event=event,
                 max_steps=settings.max_steps,
                 throw=False,
             )
-            t_end, y_end = sol.ts[-1], sol.ys[-1]
+            # The end's save first, then the samples (two saves of their own:
+            # in one, the end is written after the samples saved, not last).
+            t_end, y_end = (sol.ts, sol.ys) if times is None else (sol.ts[0], sol.ys[0])
+            t_end, y_end = t_end[-1], y_end[-1]
             steps = c.num_steps + sol.stats["num_steps"]
             fired = sol.result == diffrax.RESULTS.event_occurred
             if event is not None:
@@ -372,9 +397,14 @@ class HybridSystem:
                 # segment: the lanes keep the log out of the loop's state.)
                 return arr.at[k].set(jnp.where(fired, value, arr[k]))
 
+            t_next = jnp.where(fired, t_ev, t_end)
+            y_final = jnp.where(fired & (target >= 0), y_next, jnp.where(fired, y_ev, y_end))
+            saved = {}
+            if times is not None:
+                saved = saved_in_segment(c, times, sol.ys[1], running, t_next, y_final, ends=done)
             return HybridSolution(
-                t=jnp.where(fired, t_ev, t_end),
-                y=jnp.where(fired & (target >= 0), y_next, jnp.where(fired, y_ev, y_end)),
+                t=t_next,
+                y=y_final,
                 mode=jnp.where(continue_, target, c.mode).astype(c.mode.dtype),
                 status=status,
                 num_steps=steps,
@@ -382,6 +412,7 @@ class HybridSystem:
                 event_t=record(c.event_t, t_ev),
                 event_y=record(c.event_y, y_ev),
                 event_code=record(c.event_code, code.astype(c.event_code.dtype)),
+                **saved,
             ), done
 
         init = HybridSolution(
@@ -394,9 +425,31 @@ class HybridSystem:
             event_t=jnp.full((rows,), jnp.nan, dtype),
             event_y=jnp.full((rows, n_state), jnp.nan, dtype),
             event_code=jnp.full((rows,), -1, jnp.int32),
+            **({} if times is None else {"saved_t": times, "saved_y": jnp.full((len(times), n_state), jnp.nan, dtype),
+                                         "saved_mode": jnp.full((len(times),), -1, jnp.int32)}),
         )
         solution, _ = jax.lax.while_loop(lambda carry: ~carry[1], body, (init, jnp.asarray(False)))
         return solution
+
+
+def saved_in_segment(c: HybridSolution, times, ys, running, t_stop, y_stop, ends) -> dict:
+    """The samples a segment adds to the solution `c` (which holds the earlier
+    segments'): its states at the sample times in [c.t, t_stop), where it
+    started at c.t and stopped at t_stop (an event's time, or its end); and at
+    t_stop itself where the solve `ends` there, its final state `y_stop`. A
+    sample at an event the motion goes on from is the next segment's first,
+    the state after the reset. `ys`: the segment's states at the times clipped
+    to its span, each a step's end (the controller steps to every sample
+    time: engine.sweep.settings.SolverSettings.make_controller)."""
+    inside = running & (times >= c.t) & (times < t_stop)
+    at_end = running & ends & (times == t_stop)
+    keep = inside | at_end
+    y = jnp.where(at_end[:, None], y_stop, ys)
+    return {
+        "saved_t": c.saved_t,
+        "saved_y": jnp.where(keep[:, None], y, c.saved_y),
+        "saved_mode": jnp.where(keep, c.mode, c.saved_mode),
+    }
 
 
 class Start(NamedTuple):
@@ -449,11 +502,15 @@ class HybridPoint:
         return log_rows_read(self.system, self.finish, params, y0, settings)
 
 
-def solution_shapes(y0, rows: int | dict) -> HybridSolution:
-    """The shapes and dtypes of one point's solution, for a state like `y0` and
-    an event log of `rows` rows (or of rows[name] rows, array by array)."""
+def solution_shapes(y0, rows: int | dict, times: int = 0) -> HybridSolution:
+    """The shapes and dtypes of one point's solution, for a state like `y0`, an
+    event log of `rows` rows (or of rows[name] rows, array by array) and
+    `times` sample times (none: no samples)."""
     dtype, n = y0.dtype, y0.shape[0]
     rows = rows if isinstance(rows, dict) else dict.fromkeys(EVENT_LOG, rows)
+    saved = {} if not times else {
+        "saved_t": jax.ShapeDtypeStruct((times,), dtype), "saved_y": jax.ShapeDtypeStruct((times, n), dtype),
+        "saved_mode": jax.ShapeDtypeStruct((times,), jnp.int32)}
     return HybridSolution(
         t=jax.ShapeDtypeStruct((), dtype), y=jax.ShapeDtypeStruct((n,), dtype),
         mode=jax.ShapeDtypeStruct((), jnp.int32), status=jax.ShapeDtypeStruct((), jnp.int8),
@@ -461,6 +518,7 @@ def solution_shapes(y0, rows: int | dict) -> HybridSolution:
         event_t=jax.ShapeDtypeStruct((rows["event_t"],), dtype),
         event_y=jax.ShapeDtypeStruct((rows["event_y"], n), dtype),
         event_code=jax.ShapeDtypeStruct((rows["event_code"],), jnp.int32),
+        **saved,
     )
 
 
@@ -475,10 +533,12 @@ def log_rows_read(system: HybridSystem, finish, params, y0, settings: SolverSett
     full = dict.fromkeys(EVENT_LOG, rows)
     if rows == 1:
         return full
-    program = _finish_program(finish, params, solution_shapes(y0, full), settings)  # traced once, read twice
+    times = len(settings.save_times)
+    program = _finish_program(finish, params, solution_shapes(y0, full, times), settings)  # traced once, read twice
     read = _log_read(*program)
     kept = {name: rows if name in read else 1 for name in EVENT_LOG}
-    if kept != full and (_results_program(*_finish_program(finish, params, solution_shapes(y0, kept), settings))
+    if kept != full and (_results_program(*_finish_program(finish, params, solution_shapes(y0, kept, times),
+                                                           settings))
                          != _results_program(*program)):
         return full
     return kept

@@ -10,6 +10,11 @@ from engine.solve.vmapped import VmappedSolver
 SOLVERS: dict[str, BatchSolver] = {s.name: s for s in (VmappedSolver(), LanesSolver(), FusedSolver())}
 
 
+# The solvers that write a point's states at a sweep's sample times (`[save]
+# times`): the plan's choice for a sweep with samples.
+SAMPLING_SOLVERS = ("vmapped",)
+
+
 def default_solver(study, device: Device) -> str:
     """On a GPU the fused kernel for a study it can fuse; on CPU refilling lanes
     for a study that supports them; vmapped otherwise.
@@ -64,6 +69,7 @@ def make_plan(
     batch: int | None = None,
     width: int | None = None,
     points: int | None = None,
+    sampled: bool = False,
 ) -> Plan:
     """The plan for solving `study` on `device` (default: this process's).
 
@@ -76,9 +82,12 @@ def make_plan(
     vectors (see engine.solve.base.VECTOR).
     """
     device = device or solving_device(study, points, detect(), detect("cpu"))
-    name = solver or default_solver(study, device)
+    name = solver or (SAMPLING_SOLVERS[0] if sampled else default_solver(study, device))
     if name not in SOLVERS:
         raise ValueError(f"unknown batch solver {name!r} (known: {', '.join(SOLVERS)})")
+    if sampled and name not in SAMPLING_SOLVERS:
+        raise ValueError(f"the {name} solver does not yet write samples at [save] times (the "
+                         f"{' and '.join(SAMPLING_SOLVERS)} solver does)")
     implementation = SOLVERS[name]
     reason = implementation.unsupported(study)
     if reason:

@@ -123,13 +123,19 @@ class Parameter:
         return unit_suffix(self.unit)
 
 
+# An output's dimension of the sweep's sample times (`[save] times`), e.g.
+# Output("x", "m", "...", dims=(TIME,)): a point's states where it passed them.
+TIME = ("time", None)
+
+
 @dataclasses.dataclass(frozen=True)
 class Output:
     """One result of a study.
 
     dims: extra dimensions, each (name, size) or (name, labels) where labels
     (a tuple of strings) become the dimension's coordinate, e.g.
-    ("mode", ("weave", "weave_conjugate", "capsize", "caster")).
+    ("mode", ("weave", "weave_conjugate", "capsize", "caster")); or TIME, the
+    sweep's sample times (`[save] times`: the cube's `time` coordinate), last.
     optional: NaN is a legitimate value meaning "absent" (e.g. no weave speed
     in the searched range), not a failure of the point.
     label: what figures print (matplotlib mathtext allowed, e.g.
@@ -143,17 +149,31 @@ class Output:
     optional: bool = False
     label: str = ""
 
-    def __post_init__(self):
-        _default_label(self)
-
     @property
     def axis_label(self) -> str:
         """The label with its unit, as an axis or a colour bar shows it."""
         return with_unit(self.label, self.unit)
 
+    def __post_init__(self):
+        _default_label(self)
+        sampled = [i for i, dim in enumerate(self.dims) if dim == TIME]
+        if sampled and sampled != [len(self.dims) - 1]:
+            raise ValueError(f"output {self.name!r}: TIME must be its last dimension, and only once")
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the output holds a point's values at the sweep's sample times."""
+        return TIME in self.dims
+
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(n if isinstance(n, int) else len(n) for _, n in self.dims)
+        if self.sampled:
+            raise ValueError(f"output {self.name!r} is sampled at a sweep's times: its shape is shape_at(times)")
+        return self.shape_at(0)
+
+    def shape_at(self, times: int) -> tuple[int, ...]:
+        """The shape of one point's value where the sweep samples `times` times."""
+        return tuple(times if (name, n) == TIME else n if isinstance(n, int) else len(n) for name, n in self.dims)
 
     @property
     def unit_suffix(self) -> str:
@@ -161,7 +181,7 @@ class Output:
 
     @property
     def labels(self) -> dict[str, tuple[str, ...]]:
-        return {name: n for name, n in self.dims if not isinstance(n, int)}
+        return {name: n for name, n in self.dims if isinstance(n, tuple)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,6 +234,12 @@ class Study:
     # The study's own `[solver]` values (e.g. {"max_segments": 200} for a model with
     # many events), checked like a sweep's; a sweep's `[solver]` table overrides them.
     solver_defaults: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    # The unit of the solve's time (the cube's `time` coordinate), and the
+    # times its sampled outputs (Output dims TIME) are sampled at where a sweep
+    # selects one and gives no `[save] times`: a table as `[save] times` takes,
+    # e.g. {"linspace": [0.0, 2.0, 201]}.
+    time_unit: str = "s"
+    save_times: Mapping[str, object] | None = None
 
     def parameter(self, name: str) -> Parameter:
         return self.parameters_by_name[name]

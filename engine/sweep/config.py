@@ -20,13 +20,17 @@ from engine.limits import MAX_POINTS, MAX_SHARDS, MAX_WORKERS
 from engine.study.interface import Study, load_study
 from engine.sweep.layout import Layout, chunk_shape
 from engine.sweep.resources import checked as check_slurm_table
-from engine.sweep.settings import DTYPES, SOLVERS, SolverSettings, tolerance_ceiling, tolerance_floor
+from engine.sweep.settings import DTYPES, SOLVERS, SolverSettings, times_digest, tolerance_ceiling, tolerance_floor
 
-TOP_LEVEL_KEYS = {"study", "outputs", "parameter_file", "parameters", "axes", "solver", "critical", "run", "slurm"}
+TOP_LEVEL_KEYS = {"study", "outputs", "parameter_file", "parameters", "axes", "solver", "critical", "run", "slurm",
+                  "save"}
 RUN_KEYS = {"shard_size", "batch_size", "batch_solver", "out", "executor", "workers"}
 EXECUTORS = ("local", "inline", "slurm")
 CRITICAL_KEYS = {"output", "axis", "bracket", "target", "xtol"}
 MAX_AXIS_LENGTH = 10_000_000  # an axis is held in memory when the sweep is read
+# Sample times a point: each is a constant of the compiled program and a
+# column of every point's sampled outputs.
+MAX_SAVE_TIMES = 100_000
 # Points per shard at least, when neither the sweep nor the study says.
 SHARD_SIZE = 4096
 # A sweep that sets no shard_size is cut into about this many shards, each at
@@ -95,6 +99,14 @@ class Sweep:
     def axis_names(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.axes)
 
+    @property
+    def save_times(self) -> tuple[float, ...]:
+        return self.solver.save_times
+
+    def output_shape(self, name: str) -> tuple[int, ...]:
+        """One point's value of output `name` in this sweep (its sample times counted)."""
+        return self.study.outputs_by_name[name].shape_at(len(self.save_times))
+
     def run_executor(self, executor: str | None = None, scheduler=None) -> str:
         """The executor a run of this sweep takes: dask's ("local") on an existing
         cluster's `scheduler`, else the one asked for, else the sweep file's."""
@@ -118,7 +130,10 @@ class Sweep:
             # The values' exact float64 bytes, hashed (a million values as JSON text
             # took a second to hash).
             "axes": [[a.name, len(a.values), _digest(a.values)] for a in self.axes],
-            "solver": dataclasses.asdict(self.solver),
+            "solver": self.solver.asdict(),
+            # Sample times, where there are some (cubes without keep their hash).
+            **({"save_times": [len(self.solver.save_times), times_digest(self.solver.save_times)]}
+               if self.solver.save_times else {}),
             "critical": dataclasses.asdict(self.critical) if self.critical else None,
             "shard_size": self.shard_size,
             # Another solver's results differ in their last digits: a cube is not
@@ -219,6 +234,7 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
 
     solver_doc = check.table(doc, "solver")
     solver = _solver_settings(study, check.solver_values(solver_doc))
+    solver = dataclasses.replace(solver, save_times=check.save_times(doc, study, outputs, solver))
     _check_resolution(file, study, solver, solver_doc)
     _check_horizon(file, solver)
     critical = check.critical(check.table(doc, "critical"), study, axes)
@@ -467,6 +483,17 @@ class _Checker:
         key = f"axes.{name}"
         if name not in known:
             self.fail(key, f"unknown parameter (known: {', '.join(known)})")
+        values = self.values(key, spec)
+        outside = np.flatnonzero(~known[name].admitted(values))
+        if outside.size:
+            i = int(outside[0])
+            self.fail(key, f"value {plain(values[i])} (index {i}) is outside the allowed range "
+                      f"{known[name].domain}{known[name].unit_suffix}")
+        return Axis(name, values, spec)
+
+    def values(self, key, spec) -> np.ndarray:
+        """The values a table of one of linspace, logspace, values gives: strictly
+        increasing or strictly decreasing, finite."""
         if not isinstance(spec, dict) or len(spec) != 1:
             self.fail(key, "must be a table with exactly one of linspace, logspace, values")
         (kind, args), = spec.items()
@@ -499,12 +526,40 @@ class _Checker:
             steps = np.diff(values)
         if len(values) > 1 and not (np.all(steps > 0) or np.all(steps < 0)):
             self.fail(key, "values must be strictly increasing or strictly decreasing")
-        outside = np.flatnonzero(~known[name].admitted(values))
-        if outside.size:
-            i = int(outside[0])
-            self.fail(key, f"value {plain(values[i])} (index {i}) is outside the allowed range "
-                      f"{known[name].domain}{known[name].unit_suffix}")
-        return Axis(name, values, spec)
+        return values
+
+    def save_times(self, doc, study, outputs, settings: SolverSettings) -> tuple[float, ...]:
+        """The sample times of the sweep's sampled outputs: `[save] times`, else
+        the study's default where the sweep selects a sampled output, else none.
+        Increasing, within the solve's span [0, t_max]."""
+        save = self.table(doc, "save")
+        for key in save:
+            if key != "times":
+                self.fail(f"save.{key}", "unknown key (expected times)")
+        sampled = [name for name in outputs if study.outputs_by_name[name].sampled]
+        if "times" in save:
+            spec, key = save["times"], "save.times"
+        elif sampled and study.save_times is not None:
+            spec, key = dict(study.save_times), f"the study's save_times (for output {sampled[0]!r})"
+        elif sampled:
+            i = list(outputs).index(sampled[0])
+            self.fail(f"outputs[{i}]", f"{sampled[0]!r} is sampled at times: give them in [save] times = "
+                      "{ linspace = [start, stop, count] }")
+        else:
+            return ()
+        if not sampled:
+            self.fail(key, f"no selected output of {study.name!r} is sampled at times (sampled: "
+                      f"{', '.join(o.name for o in study.outputs if o.sampled) or 'none'})")
+        times = self.values(key, spec)
+        if len(times) > MAX_SAVE_TIMES:
+            self.fail(key, f"{len(times):,} times exceed the limit of {MAX_SAVE_TIMES:,}")
+        if len(times) > 1 and not np.all(np.diff(times) > 0):
+            self.fail(key, "times must be strictly increasing")
+        if times[0] < 0 or times[-1] > settings.t_max:
+            bad = times[0] if times[0] < 0 else times[-1]
+            self.fail(key, f"time {plain(bad)} is outside the solve's span [0, {plain(settings.t_max)}] "
+                      f"(solver.t_max)")
+        return tuple(float(t) for t in times.astype(settings.dtype))
 
     def grid_size(self, axes) -> None:
         points = math.prod(len(a.values) for a in axes)
@@ -521,7 +576,10 @@ class _Checker:
     def outputs(self, doc, study) -> tuple[str, ...]:
         names = [o.name for o in study.outputs]
         if "outputs" not in doc:
-            return tuple(names)
+            # Sampled outputs where the sweep gives sample times: a sweep
+            # written before samples existed makes the cube it made then.
+            times = isinstance(doc.get("save"), dict) and "times" in doc["save"]
+            return tuple(o.name for o in study.outputs if times or not o.sampled)
         chosen = doc["outputs"]
         if not isinstance(chosen, list) or not chosen or not all(isinstance(x, str) for x in chosen):
             self.fail("outputs", "must be a non-empty list of output names")
@@ -532,7 +590,7 @@ class _Checker:
 
     def solver_values(self, doc, table="solver") -> dict:
         """A `[solver]` table's values, checked (keys, names, bounds)."""
-        fields = {f.name: f for f in dataclasses.fields(SolverSettings)}
+        fields = {f.name: f for f in dataclasses.fields(SolverSettings) if f.name != "save_times"}  # [save]
         kwargs = {}
         for key, value in doc.items():
             full = f"{table}.{key}"

@@ -85,6 +85,11 @@ class SolverSettings:
     max_segments: int = 8  # bound of the hybrid segment loop
     t_max: float = 1000.0  # horizon of one hybrid solve, in the study's time unit
     dtype: str = "float64"
+    # The times a point's states are sampled at (a sweep's `[save] times`,
+    # increasing, within [0, t_max]); none: no samples, and every solve is the
+    # one it was before samples existed (a controller that steps to them is
+    # made only where there are some).
+    save_times: tuple[float, ...] = ()
 
     def make_solver(self):
         import diffrax
@@ -96,7 +101,37 @@ class SolverSettings:
     def make_controller(self):
         import diffrax
 
-        return diffrax.PIDController(rtol=self.rtol, atol=self.atol, norm=rms_norm)
+        controller = diffrax.PIDController(rtol=self.rtol, atol=self.atol, norm=rms_norm)
+        if not self.save_times:
+            return controller
+        # A step ends on every sample time, so each sample is a step's end,
+        # exact to the solver's tolerance, never a point of the step's dense
+        # interpolant (4th order for Tsit5 and Dopri5: further off than a step's
+        # end at tight tolerances).
+        return diffrax.ClipStepSizeController(controller, step_ts=self.save_times)
+
+    def __repr__(self) -> str:
+        # A compiled program's key holds this repr: 10^4 sample times print as
+        # their count and digest, and settings without samples print as they
+        # did before samples existed.
+        fields = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.name != "save_times"]
+        if self.save_times:
+            fields.append(f"save_times=<{len(self.save_times)} times {times_digest(self.save_times)[:16]}>")
+        return f"SolverSettings({', '.join(fields)})"
+
+    def asdict(self) -> dict:
+        """The settings as a cube's config records them: the sample times
+        apart (a sweep's `[save]`, recorded by their digest)."""
+        values = dataclasses.asdict(self)
+        del values["save_times"]
+        return values
+
+
+def times_digest(times) -> str:
+    """The sample times' exact float64 bytes, hashed."""
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(times, dtype="<f8").tobytes()).hexdigest()
 
 
 def rms_norm(x):

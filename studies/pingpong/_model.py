@@ -109,6 +109,11 @@ def _finish(p, sol, settings):
         "reverses": (u0 < 0).astype(dtype),
         "friction_margin": margin,
     }
+    if sol.saved_y is not None:  # the sweep samples times ([save] times)
+        # After it stops the ball rests: its final position, speed zero.
+        resting = sol.saved_t > sol.t
+        outputs["x"] = jnp.where(resting, sol.y[0], sol.saved_y[:, 0])
+        outputs["x_dot"] = jnp.where(resting, 0.0, sol.saved_y[:, 1])
     ended_at_rest = (sol.num_events == 2) & (sol.status == Status.SUCCESS)
     status = jnp.where(ended_at_rest | (sol.status != Status.SUCCESS), sol.status, jnp.int8(Status.SOLVER_FAILED))
     return PointResult(outputs, status, sol.num_steps, sol.num_events)

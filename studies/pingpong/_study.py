@@ -4,7 +4,7 @@ Source: Gao Yunfeng, "The roll of a table tennis ball", Mechanics in
 Engineering 43(5): 753-759, 2021. Defaults are the paper's (section 3).
 """
 
-from engine import Interval, Output, Parameter, Study, demo_configs
+from engine import TIME, Interval, Output, Parameter, Study, demo_configs
 
 from ._figures import figures
 from ._model import solve_point
@@ -42,6 +42,10 @@ OUTPUTS = (
            label="rolls backward (mode 2)"),
     Output("friction_margin", "1", "largest |F|/(mu N) needed while rolling (<= 1: rolling is consistent)",
            label=r"friction margin $\max|F|/(\mu\,N)$"),
+    Output("x", "m", "position of the centre at the sweep's sample times (at rest after the stop)",
+           dims=(TIME,), label=r"centre position $x$"),
+    Output("x_dot", "m/s", "speed of the centre at the sweep's sample times (zero after the stop)",
+           dims=(TIME,), label=r"centre speed $\dot{x}$"),
 )
 
 

@@ -1,0 +1,202 @@
+"""Sampled outputs: a sweep's `[save] times`, a point's states there, the
+cube's `time` dimension.
+
+Checked against closed forms: the rolling table-tennis ball's centre (Gao
+2021, the sliding stage eq. (2) and the rolling stage eq. (7), as Figs 6-9
+draw them: displacement and speed against time), and an outside study, a
+ball bouncing to rest (tests/bouncing_ball: tens of events a point, a
+parabola between them).
+"""
+
+import dataclasses
+import math
+
+import bouncing_ball as ball
+import numpy as np
+import pytest
+
+import engine
+from engine import TIME, ConfigError, HybridPoint, Output, SolverSettings, parse_sweep
+from engine.solve import evaluate, make_plan
+
+import pingpong_closed_form as closed_form
+from conftest import sweep_file
+
+SPINS = (0.5, 1.0, 1.7706, 2.0, 2.5, 3.0)  # both of Gao's cases: it stops ahead (q < 1.77), it comes back
+TIMES = {"linspace": [0.0, 4.0, 201]}  # the sliding stage, the rolling stage, at rest after 3.8 s at most
+OUTPUTS = ("final_displacement", "stop_time", "x", "x_dot")
+SWEEP = f"""
+study = "pingpong"
+outputs = {list(OUTPUTS)}
+[axes]
+spin_ratio = {{ values = {list(SPINS)} }}
+[save]
+times = {{ linspace = {TIMES["linspace"]} }}
+[run]
+out = "OUT"
+RUN
+"""
+
+
+def _sweep(folder, name="ball.zarr", run=""):
+    text = SWEEP.replace("OUT", str(folder / name)).replace("RUN", run)
+    return engine.load_sweep(sweep_file(folder, text, name=f"{name}.toml"))
+
+
+@pytest.fixture(scope="module")
+def cube(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("trajectories")
+    engine.run(_sweep(folder), progress=False)
+    return engine.open_cube(folder / "ball.zarr")
+
+
+def test_the_rolling_balls_samples_match_the_closed_form_in_both_stages_and_at_rest(cube):
+    """Gao 2021 Figs 6-9: x(t) and xdot(t) against the analytical solution, at
+    every one of 201 samples (rtol 1e-10, atol 1e-12: within 1e-9)."""
+    times = cube.time.values
+    worst = 0.0
+    for q in SPINS:
+        exact = np.array([closed_form.centre(t, spin_ratio=q) for t in times])
+        point = cube.sel(spin_ratio=q)
+        worst = max(worst, np.max(np.abs(point.x.values - exact[:, 0])),
+                    np.max(np.abs(point.x_dot.values - exact[:, 1])))
+        # at rest after the stop: the final position held, speed zero
+        resting = times > float(point.stop_time.values)
+        assert np.all(point.x.values[resting] == float(point.final_displacement.values))
+        assert np.all(point.x_dot.values[resting] == 0.0)
+    assert worst < 1e-9
+
+
+def test_the_cube_has_a_time_dimension_with_the_sweeps_times_and_unit(cube):
+    assert cube.x.dims == ("spin_ratio", "time")
+    assert cube.x.shape == (len(SPINS), 201)
+    np.testing.assert_array_equal(cube.time.values, np.linspace(0.0, 4.0, 201))
+    assert cube.time.attrs["units"] == "s"
+    assert cube.final_displacement.dims == ("spin_ratio",)
+    assert np.all(cube.status.values == engine.Status.SUCCESS)
+
+
+def test_shards_of_one_point_give_the_same_cube_bit_for_bit(cube, tmp_path):
+    report = engine.run(_sweep(tmp_path, "one.zarr", run="shard_size = 1"), progress=False)
+    assert report.shards_run == len(SPINS)
+    one = engine.open_cube(tmp_path / "one.zarr")
+    for name in OUTPUTS:
+        np.testing.assert_array_equal(one[name].values, cube[name].values)
+
+
+def test_evaluate_gives_the_runs_samples(cube):
+    """The same points through engine.solve.evaluate (a notebook's call) as
+    through a run."""
+    study = engine.load_study("pingpong")
+    settings = SolverSettings(save_times=tuple(cube.time.values))
+    params = {p.name: np.full(len(SPINS), p.default) for p in study.parameters} | {"spin_ratio": np.array(SPINS)}
+    result = evaluate(study, settings, params, outputs=OUTPUTS,
+                      plan=make_plan(study, points=len(SPINS), sampled=True))
+    np.testing.assert_array_equal(result.outputs["x"], cube.x.values)
+
+
+# An outside study sampled: the bouncing ball's height and speed at the times.
+def _finish_sampled(p, sol, settings):
+    result = ball._finish(p, sol, settings)
+    if sol.saved_y is not None:
+        result.outputs.update(height=sol.saved_y[:, 0], speed=sol.saved_y[:, 1])
+    return result
+
+
+SAMPLED_BALL = dataclasses.replace(
+    ball.STUDY, name="bouncing_ball_sampled",
+    outputs=ball.STUDY.outputs + (Output("height", "m", "height at the sample times", dims=(TIME,)),
+                                  Output("speed", "m/s", "vertical speed at the sample times", dims=(TIME,))),
+    solve_point=HybridPoint(ball.SYSTEM, ball._start, _finish_sampled))
+
+
+def _bouncing(t, height, e, min_speed=ball.MIN_SPEED):
+    """(h, v) at time t of a ball dropped from rest at `height`, or NaN after its last impact."""
+    v1 = math.sqrt(2 * ball.G * height)
+    if t <= v1 / ball.G:
+        return height - ball.G * t * t / 2, -ball.G * t
+    start, speed = v1 / ball.G, v1 * e  # the first rebound: its start and its upward speed
+    while True:
+        if speed / e < min_speed:  # the impact that began this flight was the last
+            return math.nan, math.nan
+        flight = 2 * speed / ball.G
+        if t <= start + flight:
+            s = t - start
+            return speed * s - ball.G * s * s / 2, speed - ball.G * s
+        start, speed = start + flight, speed * e
+
+
+def test_a_bouncing_balls_samples_match_its_parabolas_between_its_events_and_end_in_nan():
+    heights, restitutions = np.array([1.0, 0.3, 2.0]), np.array([0.5, 0.7, 0.3])
+    times = np.linspace(0.0, 3.0, 97)
+    settings = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=64, save_times=tuple(times))
+    columns = {"height": heights, "restitution": restitutions, "min_speed": np.full(3, ball.MIN_SPEED)}
+    result = evaluate(SAMPLED_BALL, settings, columns, outputs=("rest_time", "height", "speed"),
+                      plan=make_plan(SAMPLED_BALL, points=3, sampled=True))
+    assert np.all(result.status == engine.Status.SUCCESS)
+    for i in range(3):
+        exact = np.array([_bouncing(t, heights[i], restitutions[i]) for t in times])
+        rest = result.outputs["rest_time"][i]
+        # a sample within a step's rounding of an impact may hold either side of it
+        away = np.array([min(abs(t - impact) for impact in _impacts(heights[i], restitutions[i])) > 1e-9
+                         for t in times])
+        ended = times > rest
+        np.testing.assert_allclose(result.outputs["height"][i][away & ~ended], exact[away & ~ended, 0], rtol=0,
+                                   atol=1e-9)
+        np.testing.assert_allclose(result.outputs["speed"][i][away & ~ended], exact[away & ~ended, 1], rtol=0,
+                                   atol=1e-9)
+        assert ended.any() and np.all(np.isnan(result.outputs["height"][i][ended]))
+
+
+def _impacts(height, e, min_speed=ball.MIN_SPEED):
+    v1 = math.sqrt(2 * ball.G * height)
+    impacts, t, speed = [v1 / ball.G], v1 / ball.G, v1
+    while speed >= min_speed:
+        speed *= e
+        t += 2 * speed / ball.G
+        impacts.append(t)
+    return impacts
+
+
+@pytest.mark.parametrize("times, key, says", [
+    ("{ values = [0.0, 2.0, 1.0] }", "save.times", "strictly increasing"),
+    ("{ values = [0.0, 1.0, 1.0] }", "save.times", "strictly increasing"),
+    ("{ values = [-1.0, 1.0] }", "save.times", "outside the solve's span [0, 1000.0]"),
+    ("{ linspace = [0.0, 2000.0, 3] }", "save.times", "outside the solve's span"),
+    ("{ values = [0.0, nan] }", "save.times.values[1]", "must be finite"),
+    ("{ linspace = [0.0, 1.0, 200000] }", "save.times", "exceed the limit of 100,000"),
+    ("{ spaced = [0.0, 1.0] }", "save.times", "unknown axis kind"),
+])
+def test_bad_sample_times_are_one_line_naming_the_key(tmp_path, times, key, says):
+    text = f'study = "pingpong"\n[axes]\nspin_ratio = {{ values = [1.0] }}\n[save]\ntimes = {times}\n' \
+           f'[run]\nout = "{tmp_path / "c.zarr"}"\n'
+    with pytest.raises(ConfigError, match=f"{key}.*{says}".replace("[", r"\[").replace("]", r"\]")
+                       .replace("(", r"\(").replace(")", r"\)")) as error:
+        parse_sweep(text, file="s.toml")
+    assert "\n" not in str(error.value)
+    assert not (tmp_path / "c.zarr").exists()
+
+
+def test_a_sampled_output_without_times_and_times_without_a_sampled_output_are_refused():
+    base = 'study = "pingpong"\n[axes]\nspin_ratio = { values = [1.0] }\n[run]\nout = "c.zarr"\n'
+    with pytest.raises(ConfigError, match=r"outputs\[1\].*'x' is sampled at times: give them in \[save\] times"):
+        parse_sweep('outputs = ["stop_time", "x"]\n' + base, file="s.toml")
+    with pytest.raises(ConfigError, match=r"save.times.*no selected output of 'pingpong' is sampled"):
+        parse_sweep('outputs = ["stop_time"]\n' + base + '[save]\ntimes = { values = [1.0] }\n', file="s.toml")
+
+
+def test_a_sweep_without_save_keeps_its_outputs_and_its_identity():
+    """A sweep written before samples existed: the same outputs (no sampled
+    one), the same settings' repr and config hash as then."""
+    sweep = parse_sweep('study = "pingpong"\n[axes]\nspin_ratio = { values = [1.0] }\n[run]\nout = "c.zarr"\n')
+    assert not any(sweep.study.outputs_by_name[name].sampled for name in sweep.outputs)
+    assert "save" not in repr(sweep.solver) and "save_times" not in sweep.canonical()
+    assert "save_times" not in sweep.canonical()["solver"]
+
+
+@pytest.mark.parametrize("solver", ["lanes", "fused"])
+def test_solvers_that_write_no_samples_are_refused_naming_the_key(tmp_path, solver):
+    sweep = _sweep(tmp_path, run=f'batch_solver = "{solver}"')
+    with pytest.raises(ConfigError, match=rf"run.batch_solver.*the {solver} solver does not yet write samples"):
+        engine.run(sweep, progress=False)
+    assert not (tmp_path / "ball.zarr").exists()
