@@ -272,9 +272,9 @@ def repair(cube: Cube) -> dict:
     this run solves them again. Returns the damaged shards by kind."""
     _repair_config(cube)
     group = cube.group()
-    for name in metadata_problems(cube, group):
-        if (cube.path / name).is_dir():
-            _write_whole(cube.path / name / "zarr.json", _metadata_bytes(_consolidated(group)[name]))
+    for name in metadata_problems(cube, group):  # (an array's folder lost whole: made again, its chunks missing)
+        (cube.path / name).mkdir(exist_ok=True)
+        _write_whole(cube.path / name / "zarr.json", _metadata_bytes(_consolidated(group)[name]))
     coordinates, _ = coordinate_problems(cube, group)
     if coordinates and all(name in group or name == "" for name in coordinates):
         _write_coordinates(cube)
@@ -430,7 +430,7 @@ def cube_problems(cube: Cube, check: ShardCheck) -> CubeProblems:
     (found.repairs if all(name in group or name == "" for name in coordinates) else found.unrepairable).extend(
         coordinates.values())
     if not checksummed:
-        found.notes.append("coordinates not checksummed (the cube was made before coordinates were): not checked")
+        found.notes.append("coordinates not checksummed: made before they were, not checked")
     for layout, names in kind_arrays(sweep).values():
         for name in names:
             extra = sweep.study.outputs_by_name[name].shape if name in sweep.outputs else ()
