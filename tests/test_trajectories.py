@@ -200,3 +200,32 @@ def test_solvers_that_write_no_samples_are_refused_naming_the_key(tmp_path, solv
     with pytest.raises(ConfigError, match=rf"run.batch_solver.*the {solver} solver does not yet write samples"):
         engine.run(sweep, progress=False)
     assert not (tmp_path / "ball.zarr").exists()
+
+
+def test_the_bicycles_lean_and_steer_are_its_linear_motion_until_it_falls():
+    """Meijaard et al. 2007, section 8: released upright at lean rate 0.5 rad/s,
+    x(t) = expm(A(v) t) x0 (the linearised bicycle), below (falls), inside and
+    above the self-stable speed range; NaN after a fall."""
+    from scipy.linalg import expm
+
+    from studies.bicycle._canonical import state_matrix
+    from studies.bicycle._parameters import DESIGN_NAMES
+
+    study = engine.load_study("bicycle_response")
+    speeds, times = np.array([3.0, 4.6, 8.0]), np.linspace(0.0, 5.0, 101)
+    settings = SolverSettings(t_max=5.0, max_segments=24, save_times=tuple(times))
+    params = {p.name: np.full(3, p.default) for p in study.parameters} | {"v": speeds}
+    result = evaluate(study, settings, params, outputs=("fall_time", "lean", "steer"),
+                      plan=make_plan(study, points=3, sampled=True))
+    assert np.all(result.status == engine.Status.SUCCESS)
+    design = {name: float(study.parameter(name).default) for name in DESIGN_NAMES}
+    x0 = np.array([0.0, 0.0, study.parameter("initial_lean_rate").default, 0.0])
+    fell = ~np.isnan(result.outputs["fall_time"])
+    assert list(fell) == [True, False, False]  # below the self-stable range only
+    for i, v in enumerate(speeds):
+        a = np.asarray(state_matrix(design, v))
+        exact = np.array([expm(a * t) @ x0 for t in times])
+        riding = times < (result.outputs["fall_time"][i] if fell[i] else np.inf)
+        np.testing.assert_allclose(result.outputs["lean"][i][riding], exact[riding, 0], rtol=0, atol=1e-9)
+        np.testing.assert_allclose(result.outputs["steer"][i][riding], exact[riding, 1], rtol=0, atol=1e-9)
+        assert np.all(np.isnan(result.outputs["lean"][i][times > result.outputs["fall_time"][i]]))

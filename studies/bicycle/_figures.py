@@ -81,10 +81,36 @@ def figures(ds) -> dict:
 
 
 def response_figures(ds) -> dict:
-    """Weave period seen in the time response against the linear prediction."""
+    """Weave period seen in the time response against the linear prediction;
+    and where the cube samples times, lean and steer against time."""
+    found = {"lean_and_steer": _lean_and_steer(ds)} if "lean" in ds and ds["lean"].dims == ("v", "time") else {}
+    if "weave_period" not in ds or ds["weave_period"].dims != ("v",):
+        return found
+    return found | _weave_period(ds)
+
+
+def _lean_and_steer(ds):
+    """Lean and steer against time, one curve a speed (Meijaard et al. 2007,
+    section 8: below, inside and above the self-stable speed range)."""
     import matplotlib.pyplot as plt
-    if ds["weave_period"].dims != ("v",):
-        return {}
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 5.5), sharex=True, constrained_layout=True)
+    for i, v in enumerate(ds["v"].values):
+        label = f"$v$ = {v:g} m/s"
+        top.plot(ds["time"].values, ds["lean"].values[i], color=f"C{i}", label=label)
+        bottom.plot(ds["time"].values, ds["steer"].values[i], color=f"C{i}")
+    top.set_ylabel(axis_label(ds, "lean", _declared()))
+    bottom.set_ylabel(axis_label(ds, "steer", _declared()))
+    bottom.set_xlabel(axis_label(ds, "time", ()))
+    for panel in (top, bottom):
+        panel.axhline(0, color="0.5", lw=0.8)
+        panel.grid(alpha=0.3)
+    top.legend(fontsize=8)
+    top.set_title(r"Released upright at lean rate $\dot\phi_0$ (Meijaard et al. 2007, section 8)", fontsize=10)
+    return fig
+
+
+def _weave_period(ds) -> dict:
+    import matplotlib.pyplot as plt
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 5.5), sharex=True, constrained_layout=True)
     v = ds["v"].values
     top.plot(v, ds["weave_period_linear"].values, label=r"linear: $2\pi/|\mathrm{Im}\,\lambda_\mathrm{weave}|$")

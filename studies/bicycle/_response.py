@@ -18,6 +18,7 @@ from engine import (
     Output,
     Parameter,
     PointResult,
+    TIME,
     Start,
     Study,
     Transition,
@@ -70,6 +71,9 @@ RESPONSE_OUTPUTS = (
            optional=True, label="weave period (time response)"),
     Output("weave_period_linear", "s", "2 pi / |Im(weave eigenvalue)| at v: the linear prediction", optional=True,
            label="weave period (linear)"),
+    Output("lean", "rad", "lean at the sweep's sample times (NaN after a fall)", dims=(TIME,), label=r"lean $\phi$"),
+    Output("steer", "rad", "steer angle at the sweep's sample times (NaN after a fall)", dims=(TIME,),
+           label=r"steer $\delta$"),
 )
 
 
@@ -102,6 +106,8 @@ def finish(p, sol, settings):
         "weave_period": jnp.where(count >= 3, 2 * spacing, jnp.nan),
         "weave_period_linear": jnp.where(jnp.abs(weave.imag) > 0, 2 * jnp.pi / jnp.abs(weave.imag), jnp.nan),
     }
+    if sol.saved_y is not None:  # the sweep samples times ([save] times)
+        outputs["lean"], outputs["steer"] = sol.saved_y[:, 0], sol.saved_y[:, 1]
     return PointResult(outputs, sol.status, sol.num_steps, sol.num_events)
 
 

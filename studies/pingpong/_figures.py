@@ -6,7 +6,7 @@
 
 import numpy as np
 
-from engine.cube.plot import axis_label, scale_axes
+from engine.cube.plot import axis_label, label_of, scale_axes
 
 
 def _declared():
@@ -80,6 +80,50 @@ def _boundary_map(ds):
     return fig
 
 
+# Curves of a trajectories figure at most: a family beyond it is unreadable.
+_MOST_CURVES = 8
+
+
+def _trajectories(ds):
+    """Gao 2021 Figs 6-9: the centre's displacement and speed against time,
+    the solver's samples (lines) against the paper's analytical solution
+    (dots), for up to _MOST_CURVES points of the cube; the largest difference
+    in the title."""
+    import matplotlib.pyplot as plt
+
+    from . import closed_form
+
+    axes = [d for d in ds["x"].dims if d != "time"]
+    shape = tuple(ds.sizes[d] for d in axes)
+    x = ds["x"].transpose(*axes, "time").values.reshape(-1, ds.sizes["time"])
+    speed = ds["x_dot"].transpose(*axes, "time").values.reshape(-1, ds.sizes["time"])
+    chosen = np.unique(np.linspace(0, len(x) - 1, min(_MOST_CURVES, len(x))).astype(int))
+    times = ds["time"].values
+    fixed = {name: float(ds.attrs[f"parameter.{name}"]) for name in closed_form.DEFAULTS
+             if f"parameter.{name}" in ds.attrs}
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 6), sharex=True, constrained_layout=True)
+    worst = [0.0, 0.0]
+    for colour, i in enumerate(chosen):
+        index = np.unravel_index(i, shape)
+        at = {name: float(ds[name].values[k]) for name, k in zip(axes, index, strict=True)}
+        label = ", ".join(f"{label_of(name, _declared())} = {v:g}" for name, v in at.items())
+        exact = np.array([closed_form.centre(t, fixed | at) for t in times])
+        for k, (panel, values) in enumerate(((top, x[i]), (bottom, speed[i]))):
+            panel.plot(times, values, color=f"C{colour}", lw=1.3, label=label if k == 0 else None)
+            panel.plot(times[::10], exact[::10, k], ".", color=f"C{colour}", ms=4)
+            worst[k] = max(worst[k], float(np.nanmax(np.abs(values - exact[:, k]))))
+    top.set_ylabel(axis_label(ds, "x", _declared()))
+    bottom.set_ylabel(axis_label(ds, "x_dot", _declared()))
+    bottom.set_xlabel(axis_label(ds, "time", ()))
+    for panel in (top, bottom):
+        panel.axhline(0, color="0.5", lw=0.8)
+        panel.grid(alpha=0.3)
+    top.legend(fontsize=7, title="lines: solver, dots: closed form", title_fontsize=7)
+    top.set_title("Centre against time (Gao 2021, Figs 6-9)\nlargest difference from the closed form: "
+                  f"{worst[0]:.1e} m, {worst[1]:.1e} m/s", fontsize=10)
+    return fig
+
+
 def figures(ds) -> dict:
     """The study's standard figures for whatever cube `ds` holds."""
     dims = ds["final_displacement"].dims
@@ -90,4 +134,6 @@ def figures(ds) -> dict:
         found["boundary"] = _boundary_map(ds)
     if "critical_spin_ratio" in ds and ds["critical_spin_ratio"].ndim >= 1:
         found["critical_spin_ratio"] = _critical_map(ds)
+    if "x" in ds and "x_dot" in ds:
+        found["trajectories"] = _trajectories(ds)
     return found

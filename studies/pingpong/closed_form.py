@@ -1,6 +1,6 @@
-"""Closed-form reference ("truth") for the rolling table-tennis ball model.
+"""Closed-form reference ("truth") for the rolling table-tennis ball model: the paper's analytical solution.
 
-Written straight from the spec of the study: Gao Yunfeng, "The roll of a table
+Written from the paper: Gao Yunfeng, "The roll of a table
 tennis ball", Mechanics in Engineering 43(5), 2021, eqs. (2)-(8), with the sign
 slip in the printed phase-1 xdot corrected.  Thin-walled sphere, SI units,
 float64, numpy/scipy only, independent of the simulation engine under test.
