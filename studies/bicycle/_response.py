@@ -11,6 +11,7 @@ the lean), which sample the oscillation without storing a trajectory.
 import jax.numpy as jnp
 
 from engine import (
+    TIME,
     HybridPoint,
     HybridSystem,
     Interval,
@@ -18,7 +19,6 @@ from engine import (
     Output,
     Parameter,
     PointResult,
-    TIME,
     Start,
     Study,
     Transition,
