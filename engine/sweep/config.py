@@ -37,6 +37,11 @@ SHARD_SIZE = 4096
 # least SHARD_SIZE points (or the study's batch) and at most MAX_DEFAULT_SHARD.
 SHARDS_PER_SWEEP = 16
 MAX_DEFAULT_SHARD = 1 << 20
+# The samples of a shard (its points' sampled outputs, `[save] times`) when
+# neither the sweep nor the study sets its size: 2^16 points of 201 samples of
+# two outputs are 206 MiB, so a million such points are 16 shards as a million
+# points without samples are.
+MAX_SAMPLED_SHARD_BYTES = 256 << 20
 # Step and segment counters are int32 on the device; far below that, a point that
 # needs more than this many steps per segment is better given looser tolerances.
 MAX_STEPS = 10_000_000
@@ -246,8 +251,9 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
     for key in run:
         if key not in RUN_KEYS:
             raise ConfigError(file, f"run.{key}", f"unknown key (expected one of {sorted(RUN_KEYS)})")
+    sampled = sum(len(solver.save_times) for name in outputs if study.outputs_by_name[name].sampled)
     shard_size = check.positive_int(run, "run.shard_size", None) or default_shard_size(
-        study, tuple(len(a.values) for a in axes))
+        study, tuple(len(a.values) for a in axes), sampled)
     batch_size = check.positive_int(run, "run.batch_size", None)  # None: chosen by the engine
     # Checked against the study where the run plans (engine.runner.cost.plan_for).
     batch_solver = check.typed(run, "batch_solver", str, prefix="run.")
@@ -326,7 +332,7 @@ def _grid_columns(swept: dict, names: list, shape: tuple, points) -> dict:
     return {name: swept[name][index] for name, index in zip(names, indices, strict=True)}
 
 
-def default_shard_size(study, shape: tuple[int, ...]) -> int:
+def default_shard_size(study, shape: tuple[int, ...], sampled_values: int = 0) -> int:
     """Points per shard when the sweep does not say: a SHARDS_PER_SWEEP-th of
     the grid (rounded down to a power of two), at least one compiled call of the study's batch
     where it declares one, else SHARD_SIZE, and at most MAX_DEFAULT_SHARD.
@@ -349,6 +355,11 @@ def default_shard_size(study, shape: tuple[int, ...]) -> int:
     smallest = study.batch_size or SHARD_SIZE
     share = math.prod(shape) // SHARDS_PER_SWEEP
     size = max(smallest, min(MAX_DEFAULT_SHARD, 1 << max(0, share.bit_length() - 1)))
+    if sampled_values:
+        # A shard's samples (`sampled_values` a point) are held whole while it is
+        # written: at most MAX_SAMPLED_SHARD_BYTES of them (a power of two of points).
+        room = max(1, MAX_SAMPLED_SHARD_BYTES // (8 * sampled_values))
+        size = min(size, 1 << (room.bit_length() - 1))
     while Layout(shape, chunk_shape(shape, size)).n_shards > MAX_SHARDS:
         size *= 2
     return size
