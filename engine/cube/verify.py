@@ -433,7 +433,7 @@ def cube_problems(cube: Cube, check: ShardCheck) -> CubeProblems:
         found.notes.append("coordinates not checksummed: made before they were, not checked")
     for layout, names in kind_arrays(sweep).values():
         for name in names:
-            extra = sweep.study.outputs_by_name[name].shape if name in sweep.outputs else ()
+            extra = sweep.output_shape(name) if name in sweep.outputs else ()
             if name not in group:
                 found.unrepairable.append(f"variable {name} is missing")
             elif tuple(group[name].chunks) != layout.chunks + extra:
