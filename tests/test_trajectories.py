@@ -44,10 +44,15 @@ def _sweep(folder, name="ball.zarr", run=""):
 
 
 @pytest.fixture(scope="module")
-def cube(tmp_path_factory):
+def cube_path(tmp_path_factory):
     folder = tmp_path_factory.mktemp("trajectories")
     engine.run(_sweep(folder), progress=False)
-    return engine.open_cube(folder / "ball.zarr")
+    return folder / "ball.zarr"
+
+
+@pytest.fixture(scope="module")
+def cube(cube_path):
+    return engine.open_cube(cube_path)
 
 
 def test_the_rolling_balls_samples_match_the_closed_form_in_both_stages_and_at_rest(cube):
@@ -229,3 +234,29 @@ def test_the_bicycles_lean_and_steer_are_its_linear_motion_until_it_falls():
         np.testing.assert_allclose(result.outputs["lean"][i][riding], exact[riding, 0], rtol=0, atol=1e-9)
         np.testing.assert_allclose(result.outputs["steer"][i][riding], exact[riding, 1], rtol=0, atol=1e-9)
         assert np.all(np.isnan(result.outputs["lean"][i][times > result.outputs["fall_time"][i]]))
+
+
+def test_verify_and_status_read_a_sampled_cube_as_sound(cube_path, capsys):
+    from engine.cli.commands import main
+
+    assert main(["verify", str(cube_path)]) == 0
+    assert "sound" in capsys.readouterr().out
+    assert main(["status", str(cube_path)]) == 0
+    assert "complete" in capsys.readouterr().out
+
+
+def test_a_closed_form_study_gets_the_times_in_its_settings():
+    """x(t) = v t for t in settings.save_times: a study without a solve."""
+    import jax.numpy as jnp
+
+    from engine import Interval, Parameter, PointResult, Status, Study
+
+    study = Study(name="uniform_motion", title="x = v t", source="closed form", version="1",
+                  parameters=(Parameter("v", "m/s", 1.0, Interval(-10.0, 10.0), "speed"),),
+                  outputs=(Output("x", "m", "position at the sample times", dims=(TIME,)),),
+                  solve_point=lambda p, s: PointResult({"x": p["v"] * jnp.asarray(s.save_times)},
+                                                       jnp.int8(Status.SUCCESS)))
+    times = (0.0, 0.5, 2.0)
+    result = evaluate(study, SolverSettings(save_times=times), {"v": np.array([1.0, -2.0])},
+                      plan=make_plan(study, points=2, sampled=True))
+    np.testing.assert_array_equal(result.outputs["x"], np.outer([1.0, -2.0], times))
