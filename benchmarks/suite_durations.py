@@ -5,11 +5,16 @@ what each test checks (its docstring's first sentence, else its name).
     make test 2>&1 | tee test.log
     python benchmarks/suite_durations.py test.log [--top 30]
 
-docs/commands.md keeps the table of the last measurement.
+docs/commands.md keeps the table of the last measurement. With --file-costs
+(from a log of `make test PYTEST_ARGS=--durations=0`, every test's phases),
+it writes instead each test file's seconds to tests/file_costs.json, which
+orders the files of a parallel run (tests/conftest.py).
 """
 
 import argparse
 import ast
+import collections
+import json
 import pathlib
 import re
 
@@ -48,12 +53,26 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
+def file_costs(log: str) -> dict[str, float]:
+    """Each test file's seconds (every phase of every test in the log), most first."""
+    costs = collections.Counter()
+    for m in map(DURATION.match, log.splitlines()):
+        if m:
+            costs[m["test"].partition("::")[0]] += float(m["seconds"])
+    return {path: round(seconds, 1) for path, seconds in costs.most_common()}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("log", type=pathlib.Path, help="a make test (pytest --durations) log")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--file-costs", action="store_true", help="write tests/file_costs.json instead")
     args = parser.parse_args()
-    print(table(slowest(args.log.read_text(errors="replace"), args.top)))
+    log = args.log.read_text(errors="replace")
+    if args.file_costs:
+        (REPOSITORY / "tests" / "file_costs.json").write_text(json.dumps(file_costs(log), indent=1) + "\n")
+        return
+    print(table(slowest(log, args.top)))
 
 
 if __name__ == "__main__":

@@ -1,3 +1,4 @@
+import json
 import os
 import pathlib
 import sys
@@ -23,10 +24,40 @@ if _WORKERS and not {"XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION"
 configure()  # float64 and the compile cache, as in every solving process
 
 
+# Each test file's seconds in a measured run (benchmarks/suite_durations.py
+# --file-costs). pytest-xdist's `--dist loadfile` hands files to its workers in
+# collection order, as each worker comes free: the costliest first, so no
+# worker is left with a long file while the others have finished (the longest
+# processing time first rule). A file not listed (a new one) goes last.
+FILE_COSTS = pathlib.Path(__file__).with_name("file_costs.json")
+
+
+def _costliest_files_first(items) -> None:
+    try:
+        costs = json.loads(FILE_COSTS.read_text())
+    except (OSError, ValueError):
+        return  # no measurement: the collection's order
+    root = pathlib.Path(__file__).resolve().parent.parent
+    order = {}
+
+    def cost(item):
+        path = item.path
+        if path not in order:
+            try:
+                order[path] = -float(costs.get(path.resolve().relative_to(root).as_posix(), 0.0))
+            except ValueError:
+                order[path] = 0.0
+        return order[path]
+
+    items.sort(key=cost)  # stable: a file's tests keep their order
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked cpu_only (pyproject.toml: a test that assumes JAX's default
     device is a CPU) are skipped, with their mark's reason, where it is not: on
-    a GPU machine. A cpu_only mark without a reason is an error anywhere."""
+    a GPU machine. A cpu_only mark without a reason is an error anywhere. The
+    files come costliest first (FILE_COSTS)."""
+    _costliest_files_first(items)
     marked = [(item, item.get_closest_marker("cpu_only")) for item in items]
     marked = [(item, mark) for item, mark in marked if mark is not None]
     for item, mark in marked:
