@@ -16,4 +16,7 @@ def write_whole(path: pathlib.Path, blob: bytes) -> None:
         tmp.write_bytes(blob)
         os.replace(tmp, path)
     except OSError:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # (NotADirectoryError where a component of the path is a file: no temporary made)
+            pass
