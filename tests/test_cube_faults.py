@@ -12,6 +12,7 @@ of tests/test_damage.py's sweep: 8 points a call) and copied for each test.
 
 import json
 import os
+import pathlib
 import shutil
 import warnings
 
@@ -314,15 +315,28 @@ def test_a_cube_missing_its_metadata_is_solved_afresh_by_overwrite(cube, made, c
 
 # ---- a failed --overwrite: the right advice, nothing half-written
 
-def test_overwrite_that_fails_making_its_cube_replaces_nothing_and_says_so(cube, made, capsys, monkeypatch):
-    from engine.cube import structure
+@pytest.mark.parametrize("fails", ["writing", "renaming"])
+def test_overwrite_that_fails_making_its_cube_replaces_nothing_and_says_so(cube, made, capsys, monkeypatch, fails):
+    """Its structure not written (a full disk), or not renamed into place once
+    the old cube was moved aside: the old cube is where it was."""
+    from engine.cube import store, structure
 
     path, sweep = cube
+    rename = os.rename
 
     def full_disk(tmp, *args):
         raise OSError(28, "No space left on device", str(tmp))
 
-    monkeypatch.setattr(structure, "write", full_disk)
+    def failing_rename(source, target):
+        if pathlib.Path(target) == path:  # the new cube into place (or the old one back: let through)
+            if ".tmp-" in str(source) and not str(source).endswith("-old"):
+                full_disk(source)
+        return rename(source, target)
+
+    if fails == "writing":
+        monkeypatch.setattr(structure, "write", full_disk)
+    else:
+        monkeypatch.setattr(store.os, "rename", failing_rename)
     before = files(path.parent)
     code, out, err = cli(capsys, "run", sweep, "--quiet", "--overwrite")
     assert code == 2 and len(err.splitlines()) == 1 and "resume" not in err, err

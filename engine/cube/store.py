@@ -169,7 +169,12 @@ class Cube:
             trash = tmp.with_name(tmp.name + "-old")
             if path.exists():
                 os.rename(path, trash)
-            os.rename(tmp, path)
+            try:
+                os.rename(tmp, path)
+            except OSError:
+                if trash.exists() and not path.exists():
+                    os.rename(trash, path)  # the old cube back where it was: nothing replaced
+                raise
             shutil.rmtree(trash, ignore_errors=True)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
