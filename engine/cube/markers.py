@@ -2,7 +2,9 @@
 (its points, failures, device, the checksums of its arrays, the study's code
 that solved it and how: engine.runner.shard), a failed marker per shard whose
 task raised, the cube's identity (how its shards are solved: one way for the
-whole cube, engine.cube.provenance.identity) and the SLURM folder.
+whole cube, engine.cube.provenance.identity), the coordinates' checksums
+(recorded as the cube is created), what a run with --overwrite made it for,
+and the SLURM folder.
 
 A marker is written to a temporary name and renamed into place: it is either
 absent or whole. A marker that cannot be read (a disk that filled up, a hand
