@@ -48,6 +48,12 @@ def test_run_status_plot(small_sweep, tmp_path, capsys):
     assert main(["plot", str(cube), "--out", str(tmp_path / "fig")]) == 0
     png = tmp_path / "fig" / "cube_final_displacement.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # A chunk that cannot be decoded: one line naming the cube and what to do, no figure.
+    next((cube / "final_displacement" / "c").iterdir()).write_bytes(b"garbage")
+    assert main(["plot", str(cube), "--out", str(tmp_path / "damaged")]) != 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "a chunk is damaged" in err and "rollsweep verify" in err
+    assert not (tmp_path / "damaged").exists()
 
 
 def test_status_of_a_non_cube_is_a_clear_error(tmp_path, capsys):

@@ -24,10 +24,20 @@ def plot_cube(path, out=None) -> list[pathlib.Path]:
     if study.figures is None:
         raise StoreError(f"{path}: study {study.name!r} declares no figures")
     folder = pathlib.Path(out) if out else path.parent
-    folder.mkdir(parents=True, exist_ok=True)
     stem = path.name.removesuffix(".zarr")
+    try:
+        ds = cube.dataset().load()  # read whole here: a chunk that cannot be decoded is the cube's one line
+    except Exception as error:  # noqa: BLE001 - a codec's or a file's, whichever reads the chunk
+        raise StoreError(f"{path}: an array cannot be read ({type(error).__name__}: {error}): a chunk is damaged; "
+                         f"`rollsweep verify {path}` names it, and `rollsweep run` on its sweep solves it again"
+                         ) from None
+    figures = study.figures(ds)
+    if not isinstance(figures, dict):
+        raise StoreError(f"{path}: study {study.name!r}'s figures returned a {type(figures).__name__}, not a dict "
+                         "of name -> matplotlib figure")
+    folder.mkdir(parents=True, exist_ok=True)  # once there is something to write
     written = []
-    for name, fig in study.figures(cube.dataset()).items():
+    for name, fig in figures.items():
         target = folder / f"{stem}_{name}.png"
         fig.savefig(target, dpi=130)
         plt.close(fig)
