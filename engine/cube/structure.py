@@ -26,6 +26,7 @@ from engine.study.interface import dimensionless
 from engine.study.status import status_attrs
 from engine.sweep.config import Sweep
 from engine.sweep.layout import layouts
+from engine.sweep.samples import SAMPLE
 
 # Version of the on-disk layout (markers, attributes, fill values). A store of
 # another format is refused with a clear message rather than misread.
@@ -65,6 +66,9 @@ def structure(sweep: Sweep, devices: str) -> tuple[dict[str, Variable], dict]:
     dims = sweep.axis_names
     arrays: dict[str, Variable] = {}
     for axis in sweep.axes:
+        if axis.name == SAMPLE:
+            arrays |= sample_coordinates(sweep)
+            continue
         p = study.parameter(axis.name)
         values = np.asarray(axis.values)
         arrays[axis.name] = Variable((axis.name,), values.shape, values.dtype.name, described(p), values=values)
@@ -105,11 +109,29 @@ def structure(sweep: Sweep, devices: str) -> tuple[dict[str, Variable], dict]:
                                               chunks=critical.chunks)
         data[f"{critical_name(sweep)}_status"] = Variable(other, critical.shape, "int8", status_attrs(),
                                                           chunks=critical.chunks)
+    if sweep.samples is not None:  # the draws are coordinates along `sample` (CF's attribute, which xarray reads)
+        for variable in data.values():
+            if SAMPLE in variable.dims:
+                variable.attrs["coordinates"] = " ".join(sweep.samples.parameters)
     arrays |= data
     attrs = {f"parameter.{name}": p for name, p in sweep.parameters.items()}
     attrs.update(provenance(sweep, devices))
     attrs["store_format"] = STORE_FORMAT
     return arrays, {k: _attribute(v) for k, v in attrs.items()}
+
+
+def sample_coordinates(sweep: Sweep) -> dict[str, Variable]:
+    """A sampled design's dimension (its points' index) and each drawn
+    parameter's values along it."""
+    samples = sweep.samples
+    index = np.arange(samples.n)
+    described_as = f"{samples.method} design of {samples.n:,} points, seed {samples.seed}"
+    arrays = {SAMPLE: Variable((SAMPLE,), index.shape, index.dtype.name,
+                               {"long_name": "sample", "description": described_as}, values=index)}
+    for name, values in samples.draws.items():
+        attrs = described(sweep.study.parameter(name)) | {"distribution": json.dumps(samples.parameters[name])}
+        arrays[name] = Variable((SAMPLE,), values.shape, "float64", attrs, values=values)
+    return arrays
 
 
 def time_coordinate(sweep: Sweep) -> Variable:

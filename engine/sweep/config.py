@@ -20,10 +20,11 @@ from engine.limits import MAX_POINTS, MAX_SHARDS, MAX_WORKERS
 from engine.study.interface import Study, load_study
 from engine.sweep.layout import Layout, chunk_shape
 from engine.sweep.resources import checked as check_slurm_table
+from engine.sweep.samples import SAMPLE, Samples, parse_samples
 from engine.sweep.settings import DTYPES, SOLVERS, SolverSettings, times_digest, tolerance_ceiling, tolerance_floor
 
 TOP_LEVEL_KEYS = {"study", "outputs", "parameter_file", "parameters", "axes", "solver", "critical", "run", "slurm",
-                  "save"}
+                  "save", "samples"}
 RUN_KEYS = {"shard_size", "batch_size", "batch_solver", "out", "executor", "workers"}
 EXECUTORS = ("local", "inline", "slurm")
 CRITICAL_KEYS = {"output", "axis", "bracket", "target", "xtol"}
@@ -95,6 +96,9 @@ class Sweep:
     # choice, engine.solve.plan.default_solver). Last: a sweep made in code
     # before it existed still builds.
     batch_solver: str | None = None
+    # A sampled design ([samples]): its draws, the leading `sample` axis's
+    # coordinates. None: a grid.
+    samples: Samples | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -124,6 +128,9 @@ class Sweep:
         recognises it as fixed: engine.solve.evaluate)."""
         params = {k: np.broadcast_to(np.asarray(v), (n,)) for k, v in self.parameters.items()}
         params.update(dict(zip(names, columns, strict=True)))
+        index = params.pop(SAMPLE, None)
+        if index is not None:  # the sample index: the drawn parameters' values there
+            params.update({name: values[index[:n]] for name, values in self.samples.draws.items()})
         return params
 
     def canonical(self) -> dict:
@@ -145,6 +152,7 @@ class Sweep:
             # resumed by another. (Only where asked for: the cubes made before
             # the key keep their hash.)
             **({"batch_solver": self.batch_solver} if self.batch_solver else {}),
+            **({"samples": self.samples.canonical()} if self.samples else {}),
         }
 
     @functools.cached_property
@@ -228,13 +236,19 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
         if name in axes_doc:
             raise ConfigError(file, key, f"{name!r} is also an axis in [axes]; a swept parameter cannot be fixed")
         check.value_in_range(key, value, known[name])
-    if not axes_doc:
-        raise ConfigError(file, "axes", "no axis given: a sweep needs at least one swept parameter")
+    samples = parse_samples(check.table(doc, "samples"), study, axes_doc,
+                            {name: f"{source[name]}.{name}" for name in overrides}, file)
+    if not axes_doc and samples is None:
+        raise ConfigError(file, "axes", "no axis given: a sweep needs at least one swept parameter (or [samples])")
     axes = tuple(check.axis(name, spec, known) for name, spec in axes_doc.items())
+    if samples is not None:  # the design's leading dimension: its points' index, the draws its coordinates
+        axes = (Axis(SAMPLE, np.arange(samples.n), {"samples": samples.n}),) + axes
     check.grid_size(axes)
-    parameters = {n: float(overrides.get(n, p.default)) for n, p in known.items() if n not in axes_doc}
-    check_constraints(file, study, parameters, axes,
-                      {name: f"{source[name]}.{name}" for name in overrides})
+    drawn = samples.draws if samples is not None else {}
+    parameters = {n: float(overrides.get(n, p.default)) for n, p in known.items()
+                  if n not in axes_doc and n not in drawn}
+    check_constraints(file, study, parameters, [a for a in axes if a.name != SAMPLE],
+                      {name: f"{source[name]}.{name}" for name in overrides}, drawn)
     outputs = check.outputs(doc, study)
 
     solver_doc = check.table(doc, "solver")
@@ -284,10 +298,11 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
         workers=workers,
         slurm=check.table(doc, "slurm"),
         batch_solver=batch_solver,
+        samples=samples,
     )
 
 
-def check_constraints(file, study, parameters: dict, axes=(), keys=None) -> None:
+def check_constraints(file, study, parameters: dict, axes=(), keys=None, drawn=None) -> None:
     """Refuse the values where one of the study's constraints (conditions on
     several parameters together) fails: on every combination of the swept `axes`
     it involves, with the fixed `parameters` (a single point where `axes` is
@@ -296,30 +311,39 @@ def check_constraints(file, study, parameters: dict, axes=(), keys=None) -> None
     sweep's grid and of `rollsweep point`'s point."""
     swept = {axis.name: axis.values for axis in axes}
     keys = keys or {}
+    drawn = drawn or {}
     for constraint in study.constraints:
-        failed = _first_failure(constraint, parameters, swept)
+        failed = _first_failure(constraint, parameters, swept, drawn)
         if failed is None:
             continue
         at = ", ".join(f"{name}={value:g}" for name, value in failed.items())
-        key = next((f"axes.{name}" for name in constraint.parameters if name in swept), None) or next(
+        key = next((f"samples.parameters.{name}" for name in constraint.parameters if name in drawn), None) or next(
+            (f"axes.{name}" for name in constraint.parameters if name in swept), None) or next(
             (keys[name] for name in constraint.parameters if name in keys), "parameters")
         raise ConfigError(file, key, f"{constraint.message} (at {at})")
 
 
-def _first_failure(constraint, parameters: dict, swept: dict) -> dict | None:
-    """The values of the first point (C order of the swept axes involved) where
-    `constraint` fails, or None: evaluated on CONSTRAINT_CHUNK points at a time."""
-    varying = [name for name in constraint.parameters if name in swept]
+def _first_failure(constraint, parameters: dict, swept: dict, drawn: dict) -> dict | None:
+    """The values of the first point (C order of the swept axes involved, the
+    samples first where a drawn parameter is) where `constraint` fails, or
+    None: evaluated on CONSTRAINT_CHUNK points at a time."""
+    uses_draws = any(name in drawn for name in constraint.parameters)
+    if uses_draws:  # the drawn parameters vary together, along the sample index
+        swept = {SAMPLE: np.arange(len(next(iter(drawn.values()))))} | swept
+    varying = ([SAMPLE] if uses_draws else []) + [name for name in constraint.parameters if name in swept]
     shape = tuple(len(swept[name]) for name in varying)
-    fixed = {name: parameters[name] for name in constraint.parameters if name not in swept}
+    fixed = {name: parameters[name] for name in constraint.parameters if name not in swept and name not in drawn}
     count = math.prod(shape)
     for first in range(0, count, CONSTRAINT_CHUNK):
         points = np.arange(first, min(first + CONSTRAINT_CHUNK, count))
         values = fixed | _grid_columns(swept, varying, shape, points)
+        index = values.pop(SAMPLE, None)
+        values |= {name: drawn[name][index] for name in constraint.parameters if name in drawn}
         holds = np.broadcast_to(np.asarray(constraint.holds(values)), points.shape)
         if not holds.all():
             i = int(np.argmin(holds))
-            return {name: np.ravel(values[name])[i if name in swept else 0] for name in constraint.parameters}
+            return {name: np.ravel(values[name])[i if name in swept or name in drawn else 0]
+                    for name in constraint.parameters}
     return None
 
 

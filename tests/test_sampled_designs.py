@@ -1,0 +1,154 @@
+"""Sampled designs: a sweep's `[samples]`, points drawn from input
+distributions, the cube's leading `sample` dimension with the draws as its
+coordinates. Checked against scipy.stats.qmc drawn independently and the
+rolling ball's closed form (Gao 2021) at every drawn point."""
+
+import pickle
+
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.stats import qmc
+
+import engine
+from engine import ConfigError, parse_sweep
+
+import pingpong_closed_form as closed_form
+
+SPINS = [0.5, 1.0, 2.0]
+SWEEP = """
+study = "pingpong"
+outputs = ["final_displacement", "stop_time"]
+
+[samples]
+method = "METHOD"
+n = 64
+seed = 1
+
+[samples.parameters]
+initial_speed = { uniform = [0.8, 1.2] }
+friction = { truncnormal = [0.3, 0.02, 0.25, 0.35] }
+
+[axes]
+spin_ratio = { values = [0.5, 1.0, 2.0] }
+
+[run]
+out = "OUT"
+RUN
+"""
+
+
+def _text(out, method="sobol", run=""):
+    return SWEEP.replace("METHOD", method).replace("OUT", str(out)).replace("RUN", run)
+
+
+@pytest.fixture(scope="module")
+def cube(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sampled")
+    engine.run(parse_sweep(_text(folder / "bands.zarr")), progress=False)
+    return engine.open_cube(folder / "bands.zarr").load()
+
+
+def _expected_draws(method, n, seed):
+    """The design as a user draws it with scipy: the unit cube, then each
+    distribution's inverse CDF, parameters in the file's order."""
+    rng = np.random.default_rng(seed)
+    unit = {"sobol": lambda: qmc.Sobol(2, rng=rng).random(n), "halton": lambda: qmc.Halton(2, rng=rng).random(n),
+            "lhs": lambda: qmc.LatinHypercube(2, rng=rng).random(n), "random": lambda: rng.random((n, 2))}[method]()
+    speed = stats.uniform(0.8, 1.2 - 0.8).ppf(unit[:, 0])  # uniform = [lower, upper]: loc, scale = upper - lower
+    friction = stats.truncnorm((0.25 - 0.3) / 0.02, (0.35 - 0.3) / 0.02, loc=0.3, scale=0.02).ppf(unit[:, 1])
+    return speed, friction
+
+
+def test_the_cube_has_a_sample_dimension_with_the_draws_as_coordinates(cube):
+    assert cube.final_displacement.dims == ("sample", "spin_ratio")
+    assert cube.final_displacement.shape == (64, 3)
+    assert set(cube.coords) >= {"sample", "initial_speed", "friction", "spin_ratio"}
+    speed, friction = _expected_draws("sobol", 64, 1)
+    np.testing.assert_array_equal(cube.initial_speed.values, speed)
+    np.testing.assert_array_equal(cube.friction.values, friction)
+    assert cube.friction.attrs["long_name"] and "distribution" in cube.friction.attrs
+
+
+def test_every_drawn_point_matches_the_closed_form(cube):
+    assert np.all(cube.status.values == engine.Status.SUCCESS)
+    worst = 0.0
+    for i in range(64):
+        for j, q in enumerate(SPINS):
+            exact = closed_form.final_displacement(initial_speed=float(cube.initial_speed[i]),
+                                                   friction=float(cube.friction[i]), spin_ratio=q)
+            worst = max(worst, abs(float(cube.final_displacement[i, j]) - exact))
+    assert worst < 1e-9
+
+
+@pytest.mark.parametrize("method", ["halton", "lhs", "random"])
+def test_each_method_draws_what_scipy_draws_from_the_seed(tmp_path, method):
+    sweep = parse_sweep(_text(tmp_path / "c.zarr", method))
+    speed, friction = _expected_draws(method, 64, 1)
+    np.testing.assert_array_equal(sweep.samples.draws["initial_speed"], speed)
+    np.testing.assert_array_equal(sweep.samples.draws["friction"], friction)
+
+
+def test_shards_of_one_point_give_the_same_cube_bit_for_bit(cube, tmp_path):
+    engine.run(parse_sweep(_text(tmp_path / "one.zarr", run="shard_size = 5")), progress=False)
+    one = engine.open_cube(tmp_path / "one.zarr").load()
+    for name in ("final_displacement", "stop_time", "initial_speed", "friction"):
+        np.testing.assert_array_equal(one[name].values, cube[name].values)
+
+
+def test_a_sweep_travels_without_its_draws_and_draws_them_again(tmp_path):
+    sweep = parse_sweep(_text(tmp_path / "c.zarr"))
+    drawn = dict(sweep.samples.draws)
+    travelled = pickle.loads(pickle.dumps(sweep))
+    assert "draws" not in travelled.samples.__dict__
+    for name, values in drawn.items():
+        np.testing.assert_array_equal(travelled.samples.draws[name], values)
+    assert travelled.config_hash == sweep.config_hash
+
+
+def test_point_solves_a_drawn_point(tmp_path):
+    from engine.runner.point import select_point
+
+    sweep = parse_sweep(_text(tmp_path / "c.zarr"))
+    params = select_point(sweep, [], 3 * 7 + 2)  # sample 7, spin ratio 2.0
+    assert params["initial_speed"] == sweep.samples.draws["initial_speed"][7] and params["spin_ratio"] == 2.0
+
+
+@pytest.mark.parametrize("change, key, says", [
+    (("method = \"sobol\"", "method = \"grid\""), "samples.method", "'grid' is not one of"),
+    (("n = 64", "n = 100"), "samples.n", "100 is not a power of two.* use 64 or 128"),
+    (("n = 64", "n = 0"), "samples.n", "must be a positive integer"),
+    (("seed = 1", "seed = -1"), "samples.seed", "non-negative integer"),
+    (("{ uniform = [0.8, 1.2] }", "{ gamma = [1.0, 2.0] }"), "samples.parameters.initial_speed",
+     "unknown distribution 'gamma'"),
+    (("{ uniform = [0.8, 1.2] }", "{ uniform = [1.2, 0.8] }"), "samples.parameters.initial_speed.uniform",
+     "lower bound 1.2 must be below"),
+    (("{ uniform = [0.8, 1.2] }", "{ uniform = [0.8, 30.0] }"), "samples.parameters.initial_speed",
+     "beyond the allowed range"),
+    (("{ truncnormal = [0.3, 0.02, 0.25, 0.35] }", "{ normal = [0.3, 0.02] }"), "samples.parameters.friction",
+     "normal reaches .* give truncnormal"),
+    (("{ uniform = [0.8, 1.2] }", "{ normal = [1.0, 0.0] }"), r"samples.parameters.initial_speed.normal\[1\]",
+     "standard deviation must be positive"),
+    (("initial_speed = { uniform", "spin_ratio = { uniform"), "samples.parameters.spin_ratio",
+     "also an axis in \\[axes\\]"),
+    (("[samples]", "[samples]\nshuffle = true"), "samples.shuffle", "unknown key"),
+    (("initial_speed = { uniform", "bogus = { uniform"), "samples.parameters.bogus", "unknown parameter"),
+])
+def test_bad_samples_are_one_line_naming_the_key(tmp_path, change, key, says):
+    text = _text(tmp_path / "c.zarr").replace(*change)
+    with pytest.raises(ConfigError, match=f"{key}: .*{says}") as error:
+        parse_sweep(text, file="s.toml")
+    assert "\n" not in str(error.value)
+
+
+def test_a_drawn_parameter_also_fixed_is_refused(tmp_path):
+    text = _text(tmp_path / "c.zarr").replace("[samples]\n", "[parameters]\nfriction = 0.3\n\n[samples]\n")
+    with pytest.raises(ConfigError, match="samples.parameters.friction: 'friction' is also fixed"):
+        parse_sweep(text, file="s.toml")
+
+
+def test_a_grid_without_samples_keeps_its_config_hash():
+    """The canonical config of a sweep without [samples] has no key for it:
+    every cube made before keeps its identity."""
+    sweep = parse_sweep('study = "pingpong"\n[axes]\nspin_ratio = { values = [1.0] }\n[run]\nout = "c.zarr"\n')
+    assert sweep.samples is None and "samples" not in sweep.canonical()
