@@ -281,9 +281,12 @@ def _padded(values: np.ndarray, batch: int) -> np.ndarray:
     return out
 
 
-def _selected(study, outputs) -> tuple[str, ...]:
-    """The outputs asked for (None: every output the study declares)."""
-    return tuple(outputs) if outputs is not None else tuple(o.name for o in study.outputs)
+def _selected(study, outputs, settings: SolverSettings) -> tuple[str, ...]:
+    """The outputs asked for (None: every output the study declares, its
+    sampled ones where the settings sample times)."""
+    if outputs is not None:
+        return tuple(outputs)
+    return tuple(o.name for o in study.outputs if settings.save_times or not o.sampled)
 
 
 def _fixed_and_columns(study, params: dict, batch: int, dtype: str) -> tuple[dict, dict]:
@@ -361,7 +364,7 @@ def load_ahead(study, settings: SolverSettings, params: dict, outputs=None, *, p
     compile: on CPU a warm process reads XLA's executable from the compile
     cache there, 0.33 s of a 4,096-point pingpong run's 1.2 s on 2 cores."""
     staging = staging_for(plan.device.accelerator)
-    fn = _compiled(study, settings, _selected(study, outputs), plan, staging)
+    fn = _compiled(study, settings, _selected(study, outputs, settings), plan, staging)
     if fn.started():
         return None
     try:
@@ -437,7 +440,7 @@ class Queued:
 
     def __init__(self, study, settings: SolverSettings, params: dict, outputs, plan: Plan, empty,
                  ahead: int = WINDOW + 1, points: int | None = None):
-        self._selected = _selected(study, outputs)
+        self._selected = _selected(study, outputs, settings)
         staging = staging_for(plan.device.accelerator)
         self._fn = _compiled(study, settings, self._selected, plan, staging)
         self._layout = packed_layout(study, settings, self._selected, plan, staging)  # None: results not packed

@@ -169,7 +169,7 @@ def _traced_check(study) -> _Check:
     from engine.solve.kernel.body import KernelBody, cannot_lower, unexpected
     from engine.solve.kernel.jaxpr import Unfusable
 
-    outputs = tuple(o.name for o in study.outputs)
+    outputs = tuple(o.name for o in study.outputs if not o.sampled)  # the kernel writes no samples
     names = [p.name for p in study.parameters]
     try:
         with float64_here():  # traced as a run traces it (float64), whatever this process's setting
