@@ -6,11 +6,16 @@ and lowering the program, and gets the same bits. Never kept: an executable
 read from JAX's persistent cache, which XLA serializes again without some of
 its kernels (its later calls fail): such a program is compiled by XLA and not written
 into JAX's cache, and one read from there all the same is not kept. A
-damaged or lost file is compiled again."""
+damaged or lost file is compiled again. An executable is kept with the custom
+calls its program makes and loaded only where each is made ready first (a
+LAPACK call loaded unready was a segmentation fault: tests/test_kept_executables.py);
+a program making any other is not kept."""
 
 import contextlib
 import pathlib
+import pickle
 import types
+import zlib
 
 import numpy as np
 import pytest
@@ -105,6 +110,34 @@ def test_a_damaged_executable_in_a_cache_it_cannot_change_is_compiled_each_time(
     monkeypatch.setattr(pathlib.Path, "unlink", refused)
     np.testing.assert_array_equal(solve(), first)
     np.testing.assert_array_equal(solve(), first)
+
+
+def test_an_executable_calling_what_this_process_cannot_make_ready_is_not_loaded(cache):
+    """(A call none of executables._CALLS makes ready, written into the kept file.)"""
+    first = solve()
+    (path,) = kept(cache)
+    serialized, in_tree, out_tree, calls = pickle.loads(zlib.decompress(path.read_bytes()))
+    assert calls == []  # the drop study's program calls nothing
+    path.write_bytes(zlib.compress(pickle.dumps((serialized, in_tree, out_tree, ["a_library_of_its_own"]))))
+    with events() as seen:
+        again = solve()
+    np.testing.assert_array_equal(again, first)
+    assert [event for event, _ in seen].count(LOWERED) >= 1  # made again, not loaded
+    assert pickle.loads(zlib.decompress(path.read_bytes()))[3] == []  # and kept anew
+
+
+def test_a_program_making_a_call_a_later_process_cannot_make_ready_is_not_kept(cache, monkeypatch):
+    """Its executable is compiled as any program is (into JAX's cache, which serves the next process)."""
+    monkeypatch.setattr(executables, "custom_calls", lambda lowered: ["a_library_of_its_own"])
+    first = solve()
+    assert kept(cache) == []
+    with events() as seen:
+        np.testing.assert_array_equal(solve(), first)
+    assert [event for event, _ in seen].count(LOWERED) >= 1  # through its program
+    assert not executables.keepable(["a_library_of_its_own"])
+    assert executables.keepable(["lapack_dgetrf_ffi", "rs_host_" + "0" * 32, "Sharding"])
+    assert executables.calls_ready(["lapack_dgetrf_ffi", "lapack_dtrsm_ffi"])
+    assert not executables.calls_ready(["rs_host_" + "0" * 32])  # no such kernel library in the cache
 
 
 def test_the_key_names_what_an_executable_depends_on(monkeypatch):

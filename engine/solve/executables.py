@@ -16,6 +16,23 @@ one the first process called: results are the same bits.
 Only on CPU, and for a plan of one device (the executable is loaded for the
 calling thread's device). A file that cannot be read or loaded is made again, never
 trusted; one that cannot be written costs the next process the program's way.
+
+A loaded executable runs without its program being lowered in this process,
+and lowering is where JAX readies what a custom call the program makes needs
+(JAX's export does it for an exported program's calls too). XLA:CPU's LAPACK
+handlers (`lapack_*_ffi`: jnp.linalg's inv, solve, eig...) call LAPACK
+through pointers that jaxlib fills in from scipy only then: an executable
+calling them, loaded in a fresh process, was a "Segmentation fault" in its
+first call (the bicycle_response demo's second run, jax 0.10.2 and 0.12.0.1;
+jax-ml/jax#29610 fixed the same for an exported program called, not for a
+deserialized executable). So an executable is kept with the custom calls its
+program makes (read from its lowered module as it is compiled: 7-13 ms on 2
+cores for the demos' programs), and a process loads it only once each is
+made ready here (`_CALLS`: LAPACK's pointers filled in, 0.14-0.19 s on 2
+cores, scipy.linalg's import, on the compile thread; a kernel library
+registered); a program calling anything else is not kept (JAX's persistent
+cache serves it, through its program). The bytes of a kept executable are
+searched for such calls too, before it is loaded.
 """
 
 import functools
@@ -24,6 +41,7 @@ import json
 import os
 import pathlib
 import pickle
+import re
 import threading
 import time
 import zlib
@@ -33,7 +51,8 @@ from engine.solve._atomic_file import write_whole
 from engine.solve.exported import kernel_libraries_registered
 
 # Version of the key and the file format: a change invalidates every entry.
-FORMAT = 1
+# 2: the program's custom calls kept with the executable (_CALLS).
+FORMAT = 2
 
 
 def executable_key(program_key: str | None, device, staging) -> str | None:
@@ -92,7 +111,8 @@ def stored(key: str | None) -> bool:
 def load(key: str | None, device):
     """The executable kept under `key`, loaded for `device` (a `jax.stages.Compiled`,
     called as the program is); None where there is none or it cannot be loaded
-    here (a kernel library it calls gone, a damaged file)."""
+    here (a kernel library it calls gone, a custom call this process cannot
+    make ready, a damaged file)."""
     path = _path(key)
     if path is None:
         return None
@@ -100,9 +120,11 @@ def load(key: str | None, device):
 
     try:
         blob = zlib.decompress(path.read_bytes())
-        if not kernel_libraries_registered(blob):  # (each the executable calls: before it is loaded)
+        serialized, in_tree, out_tree, calls = pickle.loads(blob)
+        # (each the executable calls, before it is loaded: those it was kept with, and
+        # any the bytes name all the same)
+        if not calls_ready(calls) or not calls_ready(_named(serialized)):
             return None
-        serialized, in_tree, out_tree = pickle.loads(blob)
         return deserialize_and_load(serialized, in_tree, out_tree, backend=device.platform,
                                     execution_devices=[device])
     except FileNotFoundError:
@@ -113,6 +135,83 @@ def load(key: str | None, device):
         except OSError:  # a cache this process may read, not change: compiled here each time
             pass
         return None
+
+
+# The custom calls a kept executable may make, each with what makes it ready in
+# a process that loads the executable (its program not lowered there):
+# jaxlib's LAPACK handlers, their LAPACK pointers filled in; a kernel library
+# of the engine's (engine.solve.kernel.host), registered; XLA's own sharding and
+# placement annotations, which its compile removes. Any other (a Python
+# callback's holds this process's pointers; a library's unknown handler may
+# need its own set-up) keeps a program from being kept.
+_CALLS = (
+    (re.compile(r"lapack_\w+"), lambda target: _lapack_ready()),
+    (re.compile(r"rs_(host|cuda)_[0-9a-f]{32}"), lambda target: kernel_libraries_registered(target.encode())),
+    (re.compile(r"Sharding|SPMDFullToShardShape|SPMDShardToFullShape|annotate_device_placement"), lambda target: True),
+)
+
+
+def keepable(calls) -> bool:
+    """Whether an executable making these custom calls (their targets) may be kept."""
+    return all(any(pattern.fullmatch(target) for pattern, _ in _CALLS) for target in calls)
+
+
+def calls_ready(calls) -> bool:
+    """Each of these custom calls (their targets) made ready in this process
+    (_CALLS); False where one cannot be (the executable is not loaded)."""
+    if not isinstance(calls, (list, tuple)) or not all(isinstance(target, str) for target in calls):
+        return False
+    for target in calls:
+        ready = next((ready for pattern, ready in _CALLS if pattern.fullmatch(target)), None)
+        if ready is None or not ready(target):
+            return False
+    return True
+
+
+# What names a call needing set-up in a serialized executable (a fast test first: `in`).
+_NAMED = (b"lapack_", b"rs_host_", b"rs_cuda_")
+_NAMED_CALL = re.compile(rb"lapack_[a-z0-9_]+_ffi|rs_(?:host|cuda)_[0-9a-f]{32}")
+
+
+def _named(serialized: bytes) -> list[str]:
+    """The calls needing set-up that the bytes of a serialized executable name."""
+    if not any(name in serialized for name in _NAMED):
+        return []
+    return sorted({found.decode() for found in _NAMED_CALL.findall(serialized)})
+
+
+def _lapack_ready() -> bool:
+    """jaxlib's LAPACK handlers' pointers filled in (from scipy), as JAX does as it
+    lowers a program calling them; False where this JAX has no such step."""
+    try:
+        from jax._src.lax.linalg import initialize_lapack
+
+        initialize_lapack()
+    except Exception:  # noqa: BLE001 - another JAX: its executables compiled from their program
+        return False
+    return True
+
+
+def custom_calls(lowered) -> list[str] | None:
+    """The targets of the custom calls in `lowered` (a `jax.stages.Lowered`)'s
+    module, sorted; None where its module cannot be read."""
+    try:
+        module = lowered.compiler_ir("stablehlo")
+        from jax._src.interpreters.mlir import ir
+    except Exception:  # noqa: BLE001 - no module to read: not kept
+        return None
+    found = set()
+
+    def visit(op):
+        if op.name == "stablehlo.custom_call":
+            found.add(ir.StringAttr(op.attributes["call_target_name"]).value)
+        return ir.WalkResult.ADVANCE
+
+    try:
+        module.operation.walk(visit)
+    except Exception:  # noqa: BLE001 - not kept
+        return None
+    return sorted(found)
 
 
 def compile_and_keep(key: str | None, program, args):
@@ -148,8 +247,9 @@ def compiled_to_keep(key: str | None, lowered):
     persistent cache (lowered_to_keep), and not kept where it was read from
     there all the same (an entry of another engine's making: seen by JAX's
     monitoring event, on this thread)."""
-    outside = None if key is None else _not_in_jax_cache()
-    if outside is None:  # nothing to keep, or no way to keep it out of JAX's cache: not kept
+    calls = None if key is None else custom_calls(lowered)
+    outside = None if calls is None or not keepable(calls) else _not_in_jax_cache()
+    if outside is None:  # nothing to keep, a call a later process could not make, or no way out of JAX's cache
         return lowered.compile()
     _listening()
     _compiles.read = False
@@ -157,7 +257,7 @@ def compiled_to_keep(key: str | None, lowered):
     with outside:
         compiled = lowered.compile()
     if not _compiles.read:
-        _keep(key, compiled)
+        _keep(key, compiled, calls)
         _note_compile(time.perf_counter() - start)
     return compiled
 
@@ -225,12 +325,13 @@ def _listening() -> None:
     jax.monitoring.register_event_listener(on_event)
 
 
-def _keep(key: str, compiled) -> None:
-    """`compiled` (a `jax.stages.Compiled`, compiled here) kept under `key`."""
+def _keep(key: str, compiled, calls: list[str]) -> None:
+    """`compiled` (a `jax.stages.Compiled`, compiled here) kept under `key`, with
+    the custom calls its program makes (`calls`: made ready before it is loaded)."""
     from jax.experimental.serialize_executable import serialize
 
     try:
-        blob = pickle.dumps(serialize(compiled))
+        blob = pickle.dumps((*serialize(compiled), list(calls)))
     except Exception:  # noqa: BLE001 - an executable the backend cannot serialize: compiled in each process
         return
     # Compressed, as JAX keeps its own: the rolling ball's 8.4 MB lanes executable
