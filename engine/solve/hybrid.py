@@ -439,8 +439,8 @@ def saved_in_segment(c: HybridSolution, times, ys, running, t_stop, y_stop, ends
     t_stop itself where the solve `ends` there, its final state `y_stop`. A
     sample at an event the motion goes on from is the next segment's first,
     the state after the reset. `ys`: the segment's states at the times clipped
-    to its span, each a step's end (the controller steps to every sample
-    time: engine.sweep.settings.SolverSettings.make_controller)."""
+    to its span, each from the dense output of the step it falls in (the
+    solver's interpolant, as diffrax's SaveAt(ts) reads it)."""
     inside = running & (times >= c.t) & (times < t_stop)
     at_end = running & ends & (times == t_stop)
     keep = inside | at_end
