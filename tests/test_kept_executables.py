@@ -7,7 +7,7 @@ program calling them is lowered, and a loaded executable is not. Here two real
 processes run one sweep of a study that inverts a matrix per point on one
 fresh cache: the second loads the first's executable (not compiled again),
 solves and writes the same cube, bit for bit. (The bicycle_response demo
-crashed the same way, but its program compiles in 40-60 s on 2 cores.)"""
+crashed the same way, but its cold run takes 16-55 s on 2 cores.)"""
 
 import os
 import pathlib
