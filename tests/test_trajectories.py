@@ -260,3 +260,29 @@ def test_a_closed_form_study_gets_the_times_in_its_settings():
     result = evaluate(study, SolverSettings(save_times=times), {"v": np.array([1.0, -2.0])},
                       plan=make_plan(study, points=2, sampled=True))
     np.testing.assert_array_equal(result.outputs["x"], np.outer([1.0, -2.0], times))
+
+
+def test_a_sampled_program_holds_no_host_callback():
+    """A program with a host callback cannot be exported, so it is compiled
+    again by every process: diffrax's check that the saved times lie in the
+    solve's span was one (equinox's error_if on traced bounds)."""
+    import jax
+
+    study = engine.load_study("pingpong")
+    settings = SolverSettings(save_times=tuple(np.linspace(0.0, 4.0, 21)))
+    point = {p.name: jax.ShapeDtypeStruct((), "float64") for p in study.parameters}
+    program = str(jax.make_jaxpr(lambda p: study.solve_point(p, settings))(point))
+    assert "callback" not in program
+
+
+def test_a_study_with_a_parameter_named_sample_sweeps_it_as_an_axis(tmp_path):
+    """The rebound table's `sample` parameter (a row of the paper's Table 1) is
+    an axis like any other where the sweep draws nothing."""
+    from engine.runner.point import select_point
+
+    sweep = parse_sweep('study = "rebound_table1"\n[axes]\nsample = { values = [1.0, 2.0] }\n'
+                        f'[run]\nout = "{tmp_path / "c.zarr"}"\n')
+    assert sweep.samples is None
+    params = sweep.point_params(("sample",), [np.array([1.0, 2.0])], 2)
+    np.testing.assert_array_equal(params["sample"], [1.0, 2.0])
+    assert select_point(sweep, [], 1)["sample"] == 2.0

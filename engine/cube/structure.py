@@ -66,7 +66,7 @@ def structure(sweep: Sweep, devices: str) -> tuple[dict[str, Variable], dict]:
     dims = sweep.axis_names
     arrays: dict[str, Variable] = {}
     for axis in sweep.axes:
-        if axis.name == SAMPLE:
+        if sweep.samples is not None and axis.name == SAMPLE:  # (a study may have a parameter of that name)
             arrays |= sample_coordinates(sweep)
             continue
         p = study.parameter(axis.name)

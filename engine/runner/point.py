@@ -41,7 +41,7 @@ def select_point(sweep: Sweep, at: list[str], index: int | None) -> dict:
         if not 0 <= index < count:
             raise ConfigError(WHERE, "--index", f"{index} is outside the grid (0 to {count - 1})")
         for axis, i in zip(sweep.axes, np.unravel_index(index, sweep.shape), strict=True):
-            if axis.name == SAMPLE:  # a sampled design's point: its drawn values
+            if sweep.samples is not None and axis.name == SAMPLE:  # a sampled design's point: its drawn values
                 params |= {name: float(values[i]) for name, values in sweep.samples.draws.items()}
             else:
                 params[axis.name] = float(axis.values[i])
@@ -63,7 +63,7 @@ def select_point(sweep: Sweep, at: list[str], index: int | None) -> dict:
             raise ConfigError(WHERE, key, f"must be a number, got {text!r}") from None
         params[name] = check.value_in_range(key, value, known[name])
         keys[name] = key
-    missing = [a for a in sweep.axis_names if a != SAMPLE and a not in params]
+    missing = [a for a in sweep.axis_names if not (sweep.samples and a == SAMPLE) and a not in params]
     missing += [a for a in (sweep.samples.parameters if sweep.samples else ()) if a not in params]
     if missing:
         raise ConfigError(WHERE, "--at", f"no value for the axes {', '.join(missing)}: give name=value for each, "

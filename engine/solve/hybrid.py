@@ -19,6 +19,7 @@ is no longer than the accepted step, so the event state is exact to solver
 tolerance.
 """
 
+import contextlib
 import dataclasses
 import hashlib
 from collections.abc import Callable
@@ -340,20 +341,21 @@ class HybridSystem:
             running = ~finished
             starts = self.start_values(c.t, c.y, c.mode, params)
             t1 = jnp.where(running, horizon, c.t)
-            sol = diffrax.diffeqsolve(
-                term,
-                solver,
-                t0=c.t,
-                t1=t1,
-                dt0=None,
-                y0=c.y,
-                args=(c.mode, params, starts),
-                saveat=self._save_at(times, c.t, t1),
-                stepsize_controller=controller,
-                event=event,
-                max_steps=settings.max_steps,
-                throw=False,
-            )
+            with _span_checked_here(times is not None):
+                sol = diffrax.diffeqsolve(
+                    term,
+                    solver,
+                    t0=c.t,
+                    t1=t1,
+                    dt0=None,
+                    y0=c.y,
+                    args=(c.mode, params, starts),
+                    saveat=self._save_at(times, c.t, t1),
+                    stepsize_controller=controller,
+                    event=event,
+                    max_steps=settings.max_steps,
+                    throw=False,
+                )
             # The end's save first, then the samples (two saves of their own:
             # in one, the end is written after the samples saved, not last).
             t_end, y_end = (sol.ts, sol.ys) if times is None else (sol.ts[0], sol.ys[0])
@@ -450,6 +452,28 @@ def saved_in_segment(c: HybridSolution, times, ys, running, t_stop, y_stop, ends
         "saved_y": jnp.where(keep[:, None], y, c.saved_y),
         "saved_mode": jnp.where(keep, c.mode, c.saved_mode),
     }
+
+
+@contextlib.contextmanager
+def _span_checked_here(sampling: bool):
+    """diffrax checks that SaveAt's times lie within the solve's [t0, t1] with
+    equinox's error_if: on traced bounds, a host callback, and a program that
+    holds one cannot be exported (jax.export), so a sampled sweep's program
+    was compiled again by every process. The times a segment saves are clipped
+    into its span (HybridSystem._save_at): the check cannot fail, and is traced
+    off here. (Equinox reads the setting as it traces; where it has moved, the
+    check stays and the program is only not kept.)"""
+    import equinox._errors as errors
+
+    setting = getattr(errors, "EQX_ON_ERROR", None)
+    if not sampling or setting is None:
+        yield
+        return
+    errors.EQX_ON_ERROR = "off"
+    try:
+        yield
+    finally:
+        errors.EQX_ON_ERROR = setting
 
 
 class Start(NamedTuple):

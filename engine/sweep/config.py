@@ -128,8 +128,8 @@ class Sweep:
         recognises it as fixed: engine.solve.evaluate)."""
         params = {k: np.broadcast_to(np.asarray(v), (n,)) for k, v in self.parameters.items()}
         params.update(dict(zip(names, columns, strict=True)))
-        index = params.pop(SAMPLE, None)
-        if index is not None:  # the sample index: the drawn parameters' values there
+        if self.samples is not None:  # the sample index: the drawn parameters' values there
+            index = params.pop(SAMPLE)
             params.update({name: values[index[:n]] for name, values in self.samples.draws.items()})
         return params
 
@@ -247,7 +247,7 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
     drawn = samples.draws if samples is not None else {}
     parameters = {n: float(overrides.get(n, p.default)) for n, p in known.items()
                   if n not in axes_doc and n not in drawn}
-    check_constraints(file, study, parameters, [a for a in axes if a.name != SAMPLE],
+    check_constraints(file, study, parameters, axes[1:] if samples is not None else axes,
                       {name: f"{source[name]}.{name}" for name in overrides}, drawn)
     outputs = check.outputs(doc, study)
 
@@ -337,8 +337,9 @@ def _first_failure(constraint, parameters: dict, swept: dict, drawn: dict) -> di
     for first in range(0, count, CONSTRAINT_CHUNK):
         points = np.arange(first, min(first + CONSTRAINT_CHUNK, count))
         values = fixed | _grid_columns(swept, varying, shape, points)
-        index = values.pop(SAMPLE, None)
-        values |= {name: drawn[name][index] for name in constraint.parameters if name in drawn}
+        if uses_draws:
+            index = values.pop(SAMPLE)
+            values |= {name: drawn[name][index] for name in constraint.parameters if name in drawn}
         holds = np.broadcast_to(np.asarray(constraint.holds(values)), points.shape)
         if not holds.all():
             i = int(np.argmin(holds))
