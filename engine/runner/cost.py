@@ -177,7 +177,7 @@ def _kept_programs(study, settings, sweep: Sweep, *, plan: Plan) -> list[str]:
         count = min(len(next(iter(params.values()))), plan.batch)
         args = (_call_args(columns, fixed, 0, count, plan.batch, _put_for(staging, plan.device.accelerator)),
                 np.int32(count))
-        key = exported.program_key(study, settings, _selected(study, outputs), plan, args)
+        key = exported.program_key(study, settings, _selected(study, outputs, settings), plan, args)
         single = plan.device.count == 1
         if single and executables.stored(executables.executable_key(key, current_device(), staging)):
             states.append("compiled")

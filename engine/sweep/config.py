@@ -468,10 +468,13 @@ class _Checker:
         if study.read_parameter_file is None:
             self.fail("parameter_file", f"study {study.name!r} reads no parameter files")
         path = pathlib.Path(self.file).parent / name  # relative to the sweep file
+        shown = str(path) if str(path).isprintable() else repr(str(path))  # a line break in a name stays one line
         try:
             values = study.read_parameter_file(path)
-        except (OSError, ValueError, KeyError) as err:
-            self.fail("parameter_file", f"cannot read {path}: {err}")
+        except OSError as err:
+            self.fail("parameter_file", f"cannot read {shown}: {err.strerror or type(err).__name__}")
+        except (ValueError, KeyError) as err:
+            self.fail("parameter_file", f"cannot read {shown}: {' '.join(str(err).split())}")
         return values
 
     def fail(self, key, reason):
