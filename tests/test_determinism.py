@@ -28,7 +28,8 @@ def test_vmapped_equals_per_point_loop():
     columns = {k: np.full(q.size, v) for k, v in PINGPONG_DEFAULTS.items()} | {"spin_ratio": q}
     batched = evaluate(STUDY, SETTINGS, columns, batch_size=4, solver="vmapped")
     plan = make_plan(STUDY, solver="vmapped", batch=1)
-    single = jax.jit(VmappedSolver().batch_function(STUDY, SETTINGS, tuple(o.name for o in STUDY.outputs if not o.sampled), plan))
+    unsampled = tuple(o.name for o in STUDY.outputs if not o.sampled)
+    single = jax.jit(VmappedSolver().batch_function(STUDY, SETTINGS, unsampled, plan))
     for i in range(q.size):
         outputs, status, steps, events = jax.tree_util.tree_map(
             lambda a: a[0], single({k: v[i : i + 1] for k, v in columns.items()})
