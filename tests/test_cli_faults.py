@@ -316,3 +316,24 @@ def test_a_runs_compiles_are_noted_under_its_kind(own_cache):
         executables.note_compiles_as(None)
     executables._note_compile(9.0)  # no run's: not noted
     assert executables.compile_times() == {"toy/lanes/cpu": 3.2}
+
+
+# Paths a command is given that hold no cube: one line saying why
+
+def test_a_path_that_holds_no_cube_says_why(sweep, tmp_path, capsys):
+    (tmp_path / "inside.zarr" / "_rollsweep").mkdir(parents=True)
+    (tmp_path / "inside.zarr" / "final_displacement").mkdir()
+    (tmp_path / "nowhere.zarr").symlink_to(tmp_path / "gone")
+    cases = {
+        tmp_path / "inside.zarr" / "final_displacement": f"a folder inside the cube {tmp_path / 'inside.zarr'}",
+        tmp_path / "nowhere.zarr": f"a link to {tmp_path / 'gone'}, which does not exist",
+        tmp_path / "absent.zarr": "no such folder",
+    }
+    for path, why in cases.items():
+        assert main(["status", str(path)]) == 2
+        line = _one_line(capsys.readouterr().err)
+        assert "not a rollsweep cube" in line and why in line, line
+    assert main(["run", str(sweep), "--out", str(tmp_path / "nowhere.zarr")]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"--out: {tmp_path / 'nowhere.zarr'} is a link to {tmp_path / 'gone'}, which does not exist" in line
+    assert not (tmp_path / "gone").exists() and not list(tmp_path.glob("*.lock"))

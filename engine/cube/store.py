@@ -132,7 +132,7 @@ class Cube:
             raise StoreError(f"{self.path}: a damaged rollsweep cube: {lacks}; solve it again with "
                              "rollsweep run --overwrite (or restore what is missing)")
         if "config_hash" not in attrs:
-            raise StoreError(f"{self.path}: not a rollsweep cube")
+            raise StoreError(f"{self.path}: not a rollsweep cube{not_a_cube_because(self.path)}")
 
     def check_format(self, attrs: dict | None = None) -> None:
         attrs = self.attrs if attrs is None else attrs
@@ -220,3 +220,15 @@ class Cube:
         finally:  # every job submitted has ended before this returns or raises (Ctrl-C, a refused submit)
             concurrent.futures.wait(submitted)
         return [{name: job.result() for name, job in shard.items()} for shard in jobs]
+
+
+def not_a_cube_because(path) -> str:
+    """Why a path a command was given holds no cube, where that can be told: a
+    link to nothing, a folder that does not exist, a folder inside a cube."""
+    path = pathlib.Path(path)
+    if path.is_symlink() and not path.exists():
+        return f" (a link to {os.readlink(path)}, which does not exist)"
+    if not path.exists():
+        return " (no such folder)"
+    inside = next((parent for parent in path.absolute().parents if (parent / "_rollsweep").is_dir()), None)
+    return f" (a folder inside the cube {inside}: give the cube's own folder)" if inside else ""

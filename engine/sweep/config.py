@@ -196,6 +196,9 @@ def check_out(out, file, key) -> None:
     one inside a regular file, on a virtual file system, or in a folder this
     process cannot write. (An existing folder that is not a cube is refused when
     the store is prepared, naming what is there.)"""
+    if os.path.islink(out) and not os.path.exists(out):
+        raise ConfigError(file, key, f"{out} is a link to {os.readlink(out)}, which does not exist; choose another "
+                          "path or make its target")
     path = pathlib.Path(os.path.abspath(out))
     if any(path == pathlib.Path(root) or pathlib.Path(root) in path.parents for root in VIRTUAL_ROOTS):
         raise ConfigError(file, key, f"{out} is on a virtual file system ({path.parts[1]}); choose another path")
