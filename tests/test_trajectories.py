@@ -286,3 +286,12 @@ def test_a_study_with_a_parameter_named_sample_sweeps_it_as_an_axis(tmp_path):
     params = sweep.point_params(("sample",), [np.array([1.0, 2.0])], 2)
     np.testing.assert_array_equal(params["sample"], [1.0, 2.0])
     assert select_point(sweep, [], 1)["sample"] == 2.0
+
+
+def test_evaluate_on_a_plan_that_writes_no_samples_is_refused():
+    """A notebook's evaluate with sample times on a lanes plan made without
+    sampled=True: one error, not a finish reading samples that are not there."""
+    study = engine.load_study("pingpong")
+    params = {p.name: np.full(2, p.default) for p in study.parameters}
+    with pytest.raises(ValueError, match="the lanes solver does not yet write samples at \\[save\\] times"):
+        evaluate(study, SolverSettings(save_times=(0.0, 1.0)), params, plan=make_plan(study, solver="lanes"))

@@ -22,7 +22,7 @@ from engine._jax_setup import float64_here
 from engine.solve._host_memory import keep_freed_memory
 from engine.solve.base import Plan
 from engine.solve.device import current_device, on_platform
-from engine.solve.plan import make_plan
+from engine.solve.plan import SAMPLING_SOLVERS, make_plan, writes_no_samples
 from engine.solve.staging import PINNED_RESULTS as PINNED_RESULTS
 from engine.solve.staging import (
     Staging,
@@ -95,6 +95,8 @@ def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: 
     `staging`: the inputs and results moved inside the call, through the
     host's pinned memory (engine.solve.staging; around the exported program,
     which stays the same)."""
+    if settings.save_times and plan.solver.name not in SAMPLING_SOLVERS:  # a plan made without sampled=True
+        raise ValueError(writes_no_samples(plan.solver.name))
     if not plan.device.accelerator:
         keep_freed_memory()  # else every call faults its buffers in afresh (engine.solve._host_memory)
     lock, ready, loaded = threading.Lock(), threading.Event(), threading.Event()

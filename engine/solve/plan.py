@@ -15,6 +15,12 @@ SOLVERS: dict[str, BatchSolver] = {s.name: s for s in (VmappedSolver(), LanesSol
 SAMPLING_SOLVERS = ("vmapped",)
 
 
+def writes_no_samples(solver: str) -> str:
+    """Why `solver` cannot solve a sweep with [save] times."""
+    return f"the {solver} solver does not yet write samples at [save] times (the {' and '.join(SAMPLING_SOLVERS)} " \
+        "solver does)"
+
+
 def default_solver(study, device: Device) -> str:
     """On a GPU the fused kernel for a study it can fuse; on CPU refilling lanes
     for a study that supports them; vmapped otherwise.
@@ -86,8 +92,7 @@ def make_plan(
     if name not in SOLVERS:
         raise ValueError(f"unknown batch solver {name!r} (known: {', '.join(SOLVERS)})")
     if sampled and name not in SAMPLING_SOLVERS:
-        raise ValueError(f"the {name} solver does not yet write samples at [save] times (the "
-                         f"{' and '.join(SAMPLING_SOLVERS)} solver does)")
+        raise ValueError(writes_no_samples(name))
     implementation = SOLVERS[name]
     reason = implementation.unsupported(study)
     if reason:
