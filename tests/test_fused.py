@@ -310,7 +310,8 @@ CUDA_PLUGIN = importlib.util.find_spec("jax_cuda12_plugin") is not None or bool(
     (BLOCK, ("position", "stop_time"), SolverSettings()),
     (LANDING, ("outcome", "landing_x", "bounce_x", "net_clearance"), SolverSettings(rtol=1e-9, atol=1e-11)),
     # Start and finish outside the kernel (A(v)'s inverse; the weave eigenvalue): XLA around one Triton call.
-    (BICYCLE_RESPONSE, tuple(o.name for o in BICYCLE_RESPONSE.outputs), SolverSettings(t_max=5.0, max_segments=24)),
+    (BICYCLE_RESPONSE, tuple(o.name for o in BICYCLE_RESPONSE.outputs if not o.sampled),
+     SolverSettings(t_max=5.0, max_segments=24)),
     # Without the weave eigenvalue, the bicycle's finish runs in the kernel.
     (BICYCLE_RESPONSE, ("fall_time", "lean_extrema", "weave_period"), SolverSettings(t_max=5.0, max_segments=24)),
     (UNFUSABLE_ENDS, ("last_zero", "period"), SolverSettings()),
