@@ -11,11 +11,10 @@ earlier process kept the program's executable (engine.solve.executables),
 that thread loads it and nothing is lowered here at all.
 """
 
-import numpy as np
 
 import engine.stages as stages
 from engine.errors import ConfigError
-from engine.runner.cost import check_memory
+from engine.runner.cost import check_memory, program_calls
 from engine.solve.base import Plan
 from engine.solve.device import on_platform
 from engine.solve.evaluate import load_ahead
@@ -33,14 +32,9 @@ def load_programs(sweep: Sweep, plan: Plan) -> list:
     thread's calls then have a device of their own, and a program of their own)."""
     if plan.device.count > 1:
         return []
-    grid = sweep.point_params(sweep.axis_names, [np.asarray(axis.values[:1]) for axis in sweep.axes], 1)
-    calls = [(grid, sweep.outputs)]
-    if sweep.critical is not None:
-        c = sweep.critical
-        calls.append(({k: np.array(v[:1]) for k, v in grid.items()} | {c.axis: np.array(c.bracket[:1], float)},
-                      (c.output,)))
     with on_platform(plan.device.platform):  # where the tasks' calls run (engine.runner.shard.run_task)
-        started = [load_ahead(sweep.study, sweep.solver, params, outputs, plan=plan) for params, outputs in calls]
+        started = [load_ahead(sweep.study, sweep.solver, params, outputs, plan=plan)
+                   for params, outputs in program_calls(sweep)]
     return [thread for thread in started if thread is not None]
 
 

@@ -153,6 +153,22 @@ def describe_programs(sweep: Sweep, plan: Plan) -> str:
     return f"programs         to compile (cold), {known}{traced}"
 
 
+def program_calls(sweep: Sweep) -> list[tuple[dict, tuple[str, ...]]]:
+    """One call's (parameters, outputs) of each program a run's tasks call: the
+    grid's, and with [critical] the root search's (every parameter a column, the
+    critical output alone), each of one point: its kinds of arguments, which
+    key the program (engine.runner.ahead makes them ready from these)."""
+    import numpy as np
+
+    grid = sweep.point_params(sweep.axis_names, [np.asarray(axis.values[:1]) for axis in sweep.axes], 1)
+    calls = [(grid, sweep.outputs)]
+    if sweep.critical is not None:
+        c = sweep.critical
+        calls.append(({k: np.array(v[:1]) for k, v in grid.items()} | {c.axis: np.array(c.bracket[:1], float)},
+                      (c.output,)))
+    return calls
+
+
 def _kept_programs(study, settings, sweep: Sweep, *, plan: Plan) -> list[str]:
     """For each program a run calls (the grid's, with [critical] the root
     search's, as engine.runner.ahead makes them): "compiled" where its
@@ -164,15 +180,9 @@ def _kept_programs(study, settings, sweep: Sweep, *, plan: Plan) -> list[str]:
     from engine.solve.device import current_device
     from engine.solve.evaluate import _call_args, _fixed_and_columns, _put_for, _selected, staging_for
 
-    grid = sweep.point_params(sweep.axis_names, [np.asarray(axis.values[:1]) for axis in sweep.axes], 1)
-    calls = [(grid, sweep.outputs)]
-    if sweep.critical is not None:
-        c = sweep.critical
-        calls.append(({k: np.array(v[:1]) for k, v in grid.items()} | {c.axis: np.array(c.bracket[:1], float)},
-                      (c.output,)))
     staging = staging_for(plan.device.accelerator)
     states = []
-    for params, outputs in calls:
+    for params, outputs in program_calls(sweep):
         fixed, columns = _fixed_and_columns(study, params, plan.batch, settings.dtype)
         count = min(len(next(iter(params.values()))), plan.batch)
         args = (_call_args(columns, fixed, 0, count, plan.batch, _put_for(staging, plan.device.accelerator)),
