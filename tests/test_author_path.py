@@ -221,9 +221,9 @@ def test_point_lists_the_events_of_a_hybrid_study(small_sweep, capsys):
     assert "events      2\n" in out and "slide -> slip_ends" in out and "roll -> stops" in out
 
 
-# 4. A re-run after the study's code changed solves its failed shards again; --overwrite: all.
+# 4. A re-run after the study's code changed: the cube says so; --overwrite solves it with the fix.
 
-def test_rerun_after_a_study_fix_solves_the_failed_shards_again(toy, tmp_path):
+def test_rerun_after_a_study_fix_says_so_and_overwrite_solves_it_with_the_fix(toy, tmp_path):
     toy(limit=1.0)
     sweep = load_sweep(toy_sweep(tmp_path))
     first = run(sweep, progress=False)
@@ -233,9 +233,11 @@ def test_rerun_after_a_study_fix_solves_the_failed_shards_again(toy, tmp_path):
     toy(limit=10.0)  # the fix
     sweep = load_sweep(toy_sweep(tmp_path))
     again = run(sweep, progress=False)
-    assert again.state.startswith("resumed; the study's code changed") and again.shards_run == 1, again
-    assert again.failed_points == 0
-    assert Cube(sweep.out).attrs["study_fingerprint"] not in (made_by, "unknown")
+    assert again.state.startswith("complete; the study's code changed since this cube was solved ("), again
+    assert again.shards_run == 0 and "--overwrite" in again.state and "\n" not in again.state
+    fixed = run(sweep, progress=False, overwrite=True)
+    assert fixed.state == "created" and fixed.failed_points == 0
+    assert Cube(sweep.out).attrs["study_fingerprint"] not in (made_by, "unknown", "mixed")
     assert all(m["failed"] == 0 for m in Markers(sweep.out).read("grid").values())
 
 

@@ -2,8 +2,8 @@
 points a call and at a time, device, packages) and the study's code that solved
 each shard. A resume that would solve otherwise is refused in one line naming
 the key, or solves as the cube was solved; writing down what the cube used is
-no difference; a study whose code changed is recorded shard by shard, and the
-cube says that it mixes codes.
+no difference; a study whose code changed since shards were solved is refused
+too (a cube holds one code's results), and --overwrite solves it all again.
 
 Interruptions are simulated by dropping done markers of a finished cube (a
 copy of one made once for the module): the shards are then pending, as a
@@ -217,7 +217,7 @@ def test_a_cube_made_the_old_way_resumes_as_its_own_config_solved_it(made, tmp_p
     assert f"; {KEPT} with unrecorded" in lines  # and unknown how
 
 
-# (b) the study's code changed: the failed shards solved again, each shard's code recorded and reported
+# (b) the study's code changed: a resume refused, a complete cube reported as the older code's
 
 MODEL = '''
 import jax.numpy as jnp
@@ -283,39 +283,67 @@ def scaled_sweep(folder):
         """, name="scaled.toml"))
 
 
-def test_a_changed_study_solves_its_failed_shards_again_and_the_cube_says_it_mixes_codes(scaled, tmp_path, capsys):
+def test_a_changed_study_is_refused_in_one_line_and_overwrite_solves_it_with_the_new_code(scaled, tmp_path):
+    """Interrupted, then the study's code changed (a fix, a constant): the resume
+    is refused in one line naming both codes, nothing is written and the store
+    is free; --overwrite gives the cube an uninterrupted run of the new code
+    gives, bit for bit, one code in every marker."""
     scaled(factor=2.0, limit=1.0)
     first = scaled_sweep(tmp_path)
     run(first, progress=False)
-    markers = Markers(first.out)
     code_a = Cube(first.out).attrs["study_fingerprint"]
-    assert {m["code"] for m in markers.read(GRID).values()} == {code_a}
-    markers.drop_done(GRID, 1)  # interrupted: shard 1 (no failed point) pending
-    scaled(factor=3.0, limit=10.0)  # a fix, and a constant changed
+    Markers(first.out).drop_done(GRID, 1)  # interrupted: shard 1 pending
+    before = marker_digest(first.out)
+    scaled(factor=3.0, limit=10.0)
     again = scaled_sweep(tmp_path)
-    report = run(again, progress=False)
-    # Shards 2 and 3 (failed points, the old code's) solved again, shard 1 solved: shard 0 is the old code's.
-    assert report.state.startswith("resumed; the study's code changed") and report.shards_run == 3, report
-    assert "\n" not in report.state and "mixes codes" in report.state
-    codes = {shard: m["code"] for shard, m in markers.read(GRID).items()}
-    code_b = codes[1]
-    assert code_b != code_a and codes == {0: code_a, 1: code_b, 2: code_b, 3: code_b}
-    attrs = Cube(first.out).attrs
-    assert attrs["study_fingerprint"] == "mixed" and attrs["study_fingerprints"] == sorted([code_a, code_b])
+    with pytest.raises(StoreError) as refused:
+        run(again, progress=False)
+    message = str(refused.value)
+    assert "\n" not in message and "the study's code changed since this cube was solved" in message, message
+    assert f"({code_a[:12]} -> " in message and "its 3 solved shards" in message and "--overwrite" in message
+    assert marker_digest(first.out) == before and not pathlib.Path(f"{first.out}.lock").exists()
+    assert run(again, overwrite=True, progress=False).state == "created"
+    fresh = load_sweep(sweep_file(tmp_path, (tmp_path / "scaled.toml").read_text().replace(
+        "scaled.zarr", "fresh.zarr"), name="fresh.toml"))
+    run(fresh, progress=False)
+    with open_cube(first.out) as overwritten, open_cube(fresh.out) as uninterrupted:
+        assert cubes_identical(overwritten, uninterrupted)
+    code_b = Cube(fresh.out).attrs["study_fingerprint"]
+    assert code_b != code_a and {m["code"] for m in Markers(first.out).read(GRID).values()} == {code_b}
+
+
+def test_a_cube_older_versions_solved_with_two_codes_is_reported_mixed_and_refused(scaled, tmp_path, capsys):
+    """Older versions resumed a changed study's cube, solving only its failed
+    shards with the new code: status and verify name such a cube's codes shard
+    by shard, and a run that would solve more of it is refused."""
+    scaled(factor=2.0, limit=1.0)
+    sweep = scaled_sweep(tmp_path)
+    run(sweep, progress=False)
+    markers = Markers(sweep.out)
+    code_a = Cube(sweep.out).attrs["study_fingerprint"]
+    code_b = "b" * 64
+    for shard in (1, 2, 3):  # as an older version left them
+        markers.mark_done(GRID, shard, {**markers.read(GRID)[shard], "code": code_b})
+    Cube(sweep.out).set_attribute("study_fingerprint", "mixed")
     said = f"3 shards solved by code {code_b[:12]}, 1 by code {code_a[:12]}"
-    assert said in progress(first.out).describe()
-    assert examine(first.out).summary() == f"sound, but mixed: {said}"
-    assert main(["verify", str(first.out)]) == 0 and said in capsys.readouterr().out
+    assert said in progress(sweep.out).describe()
+    assert examine(sweep.out).summary() == f"sound, but mixed: {said}"
+    assert main(["verify", str(sweep.out)]) == 0 and said in capsys.readouterr().out
+    markers.drop_done(GRID, 0)
+    with pytest.raises(StoreError, match="the study's code changed since this cube was solved"):
+        run(scaled_sweep(tmp_path), progress=False)
 
 
 def test_a_changed_study_that_solves_nothing_leaves_the_cube_its_code(scaled, tmp_path):
-    """Every shard done and none failed: nothing is solved by the new code,
-    and the cube's attribute keeps naming the code that solved it all."""
+    """Every shard done: nothing is solved by the new code, the run says that
+    the code changed, and the cube's attribute keeps naming the code that
+    solved it all."""
     scaled(factor=2.0, limit=10.0)
     sweep = scaled_sweep(tmp_path)
     run(sweep, progress=False)
     made_by = Cube(sweep.out).attrs["study_fingerprint"]
     scaled(factor=3.0, limit=10.0)
-    assert run(scaled_sweep(tmp_path), progress=False).state == "complete"
+    state = run(scaled_sweep(tmp_path), progress=False).state
+    assert state.startswith(f"complete; the study's code changed since this cube was solved ({made_by[:12]} -> "), state
     assert Cube(sweep.out).attrs["study_fingerprint"] == made_by
     assert examine(sweep.out).summary() == "sound"

@@ -5,8 +5,8 @@ A cube is one identity: its config (the config hash), how its shards are
 solved (its identity, engine.cube.provenance: solver, points a call and at a
 time, device, packages) and the study's code that solved each shard (its done
 marker's `code`). A run that would solve otherwise is refused in one line
-naming the key; one whose study's code changed solves again the shards with
-failed points, keeps the others, and the cube says that it mixes codes.
+naming the key; so is one whose study's code changed since shards were solved
+(a cube holds one code's results: --overwrite solves it all with the new one).
 """
 
 import collections
@@ -88,9 +88,11 @@ def _prepare_owned(sweep: Sweep, path: pathlib.Path, overwrite: bool, devices: s
     _check_config(cube, attrs)
     cube.check_format(attrs)
     repair(cube)
-    if solves_something(cube):  # a complete cube is reported as it is, however this run would solve
-        _claim(cube, identity)  # refused here, nothing is dropped below
-    return cube, _resume_after_study_change(cube, attrs)
+    if not solves_something(cube):  # a complete cube is reported as it is, however this run would solve
+        return cube, _complete(cube, attrs)
+    _check_study_code(cube, attrs)
+    _claim(cube, identity)
+    return cube, "resumed"
 
 
 def _created(sweep: Sweep, path: pathlib.Path, devices: str, identity: dict | None) -> Cube:
@@ -211,17 +213,10 @@ def _differing_key(path: pathlib.Path, sweep: Sweep) -> str | None:
 # ---- how the shards are solved
 
 def solves_something(cube: Cube) -> bool:
-    """Whether a run of the cube's sweep solves any shard: one is pending, or
-    one with failed points was solved by another code than this process's
-    (solved again: _resume_after_study_change)."""
-    now, made_by = code_fingerprint(cube.sweep.study), cube.attrs.get("study_fingerprint")
+    """Whether a run of the cube's sweep solves any shard: one is pending."""
     for kind in KINDS:
         layout = cube.layout(kind)
-        if layout is None:
-            continue
-        markers = cube.markers.read(kind)
-        if len(markers) < layout.n_shards or any(
-                m is not None and m.get("failed", 0) > 0 and shard_code(m, made_by) != now for m in markers.values()):
+        if layout is not None and len(cube.markers.read(kind)) < layout.n_shards:
             return True
     return False
 
@@ -278,40 +273,42 @@ def _batch_difference(recorded: dict, wanted: dict, sweep: Sweep) -> str:
 
 # ---- the study's code
 
-def _resume_after_study_change(cube: Cube, attrs: dict) -> str:
-    """Where the study's code changed since shards were solved (a fix, say), the
-    shards with failed points that another code solved are solved again with this
-    one; the others are kept (--overwrite solves them all again). Each shard's
-    done marker names the code that solved it, and the cube's `study_fingerprint`
-    attribute names one code only while every shard, solved or to solve, is that
-    code's ("mixed" otherwise, and `study_fingerprints` lists them)."""
+def _older_codes(cube: Cube, attrs: dict) -> tuple[str, collections.Counter]:
+    """This process's fingerprint of the study's code, and the solved shards of
+    the cube that another code solved, by code (each done marker names its own)."""
     now, made_by = code_fingerprint(cube.sweep.study), attrs.get("study_fingerprint")
-    again, older, kept, pending = 0, set(), collections.Counter(), False
+    older = collections.Counter()
     for kind in KINDS:
-        layout = cube.layout(kind)
-        if layout is None:
-            continue
-        markers = cube.markers.read(kind)
-        pending |= len(markers) < layout.n_shards
-        for shard, marker in markers.items():
-            code = shard_code(marker, made_by)
-            if code != now:
-                older.add(code)
-            if code != now and marker is not None and marker.get("failed", 0) > 0:
-                cube.markers.drop_done(kind, shard)  # recorded before it is solved: a kill here loses nothing
-                again, pending = again + 1, True
-            else:
-                kept[code] += 1
-    codes = set(kept) | ({now} if pending else set())
-    _record_codes(cube, codes, attrs)
+        if cube.layout(kind) is not None:
+            older.update(code for marker in cube.markers.read(kind).values()
+                         if (code := shard_code(marker, made_by)) != now)
+    return now, older
+
+
+def _code_change(now: str, older: collections.Counter) -> str:
+    return (f"the study's code changed since this cube was solved ({', '.join(c[:12] for c in sorted(older))} -> "
+            f"{now[:12]})")
+
+
+def _check_study_code(cube: Cube, attrs: dict) -> None:
+    """Refuse, in one line, a run that would solve shards of a cube whose solved
+    shards another code of the study solved (an edit, a fix): a cube holds one
+    code's results, never two. A cube that older rollsweep versions solved with
+    two codes (its `study_fingerprint` attribute "mixed") is refused as well."""
+    now, older = _older_codes(cube, attrs)
     if not older:
-        return "resumed"
-    mixed = len(codes) > 1
-    return (f"resumed; the study's code changed since this cube was made ({', '.join(sorted(c[:12] for c in older))}"
-            f" -> {now[:12]}): {again} shards with failed points solved again, "
-            f"{sum(n for code, n in kept.items() if code != now)} kept as the older code solved them"
-            + ("; the cube now mixes codes (rollsweep status counts its shards by code)" if mixed else "")
-            + " (--overwrite: all)")
+        _record_codes(cube, {now}, attrs)
+        return
+    raise StoreError(f"{cube.path}: {_code_change(now, older)}: its {sum(older.values()):,} solved shards hold the "
+                     "older code's results, and a cube holds one code's; restore that code to resume it, or use "
+                     "--overwrite to solve it all again with this one")
+
+
+def _complete(cube: Cube, attrs: dict) -> str:
+    """A complete cube's state: "complete", and where another code of the study
+    solved it, that a run solves nothing with this one unless told to."""
+    now, older = _older_codes(cube, attrs)
+    return f"complete; {_code_change(now, older)}: --overwrite solves it all with this one" if older else "complete"
 
 
 def _record_codes(cube: Cube, codes: set[str], attrs: dict) -> None:

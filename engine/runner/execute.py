@@ -82,7 +82,7 @@ def reach(address: str, connect_timeout: float = CONNECT_TIMEOUT, lost_after: fl
 @dataclasses.dataclass(frozen=True)
 class RunReport:
     path: str
-    state: str  # "created", "resumed" or "complete"
+    state: str  # "created", "resumed" or "complete" (with, after "; ", what a complete cube holds)
     shards_run: int
     points_run: int  # points of the shards run, solved or not
     failed_points: int  # points solved without success (a status code other than success)
@@ -491,7 +491,7 @@ def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources
     task_seconds["waiting"] = max(0.0, threads * seconds - sum(task_seconds.values()))
     return RunReport(
         path=str(cube.path),
-        state=state if pending else "complete",
+        state=state if pending or state.startswith("complete") else "complete",
         shards_run=len(pending),
         points_run=points,
         failed_points=failed,
