@@ -237,10 +237,14 @@ def test_morris_elementary_effects_of_a_linear_function_are_exact(tmp_path):
     # SALib's own analyze of the cube's outputs, from its own unit design
     unit = sample.sample(_problem((0.0, 1.0)), 20, num_levels=4, seed=SEED)
     np.testing.assert_array_equal(ds.x1.values, stats.uniform(-1.0, 4.0).ppf(unit[:, 0]))
+    drawn = np.stack([ds[name].values for name in NAMES], axis=1)
     for output in ("linear", "y"):
         found = morris.analyze(_problem((0.0, 1.0)), unit, ds[output].values, num_levels=4, seed=SEED)
+        # the cube's own points give the same: SALib reads which parameter moved, and which way
+        same = morris.analyze(_problem((0.0, 1.0)), drawn, ds[output].values, num_levels=4, seed=SEED)
         for name in ("mu", "mu_star", "sigma", "mu_star_conf"):
             np.testing.assert_allclose(ds[name].sel(output=output).values, found[name], rtol=0, atol=1e-12)
+            np.testing.assert_array_equal(same[name], found[name])
 
 
 def test_a_unit_draw_of_0_or_1_has_a_finite_value_under_an_unbounded_distribution():

@@ -5,7 +5,8 @@ data (decoded, as a reader would) against the checksums its done marker
 recorded when the shard was written; the coordinates against the checksums
 recorded when the cube was created; each array's own metadata against the
 cube's consolidated metadata (which xarray reads; zarr reads the array's);
-the stored config against its hash. A run on the cube repairs what it can
+the stored config against its hash; a sensitivity sweep's indices against
+the checksums their analysis recorded. A run on the cube repairs what it can
 (`repair`): it drops the markers of the shards found damaged, so they are
 solved again, writes damaged coordinates again from its config, an array's
 metadata again from the consolidated one, and the stored config or its hash
