@@ -24,7 +24,8 @@ RUN_STAGES = (
                 "tasks; compiled or loaded beside the store"),
     ("store", "the cube made ready: created, or resumed and checked"),
     ("solving", "the tasks, from the first handed out to the last one's report"),
-    ("closing", "after the last task: the store released, the report made"),
+    ("closing", "after the last task: a [sensitivity] sweep's indices computed, the store released, the report "
+                "made"),
 )
 # A task's stages: the solving stage's time on the threads (or workers) that ran tasks.
 TASK_STAGES = (

@@ -154,6 +154,9 @@ def _validate(args):
     cost = check_memory(sweep, args.workers or 1, plan)
     axes = ", ".join(f"{a.name}[{len(a.values)}]" for a in sweep.axes)
     print(f"{args.config}: valid {sweep.study.name} sweep, axes {axes}")
+    if sweep.sensitivity is not None:
+        print(f"sensitivity      {sweep.samples.describe()}; {', '.join(sweep.sensitivity.outputs)} analysed by "
+              "SALib once every shard is done")
     print(cost.describe())
     print(describe_programs(sweep, plan))
     print(f"output           {sweep.out} (config hash {sweep.config_hash[:12]})")
@@ -205,6 +208,8 @@ def _run_sweep(args):
         plan=plan,
     )
     print(_summary(report))
+    if report.sensitivity:
+        print(f"{report.path}: sensitivity {report.sensitivity}")
     return report
 
 
@@ -321,6 +326,18 @@ def _status(args):
     return 0 if report.complete else EXIT_PARTIAL
 
 
+def _sensitivity(args):
+    """The cube's indices ranked; one line on stderr and exit 1 where it holds none."""
+    from engine.cube.sensitivity_report import NoIndices, ranking
+
+    try:
+        print(ranking(args.path))
+    except NoIndices as err:
+        print(f"rollsweep: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _plot(args):
     from engine.cube.plot import plot_cube
 
@@ -418,6 +435,11 @@ def parser() -> argparse.ArgumentParser:
                        "3 partial)")
     p.add_argument("path")
     p.set_defaults(fn=_verify, module="engine.cube.verify")
+
+    p = sub.add_parser("sensitivity", help="a sensitivity sweep's indices, each output's parameters ranked "
+                       "(exit 1 where the cube holds none, saying why)")
+    p.add_argument("path")
+    p.set_defaults(fn=_sensitivity, module="engine.cube.sensitivity_report")
 
     p = sub.add_parser("plot", help="draw a cube's standard figures as PNG")
     p.add_argument("path")

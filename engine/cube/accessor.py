@@ -32,9 +32,11 @@ class RollsweepAccessor:
         return load_study(self._ds.attrs["study"])
 
     def figures(self) -> dict:
-        """The study's standard figures for this cube: name -> matplotlib Figure."""
-        study = self.study
-        return study.figures(self._ds) if study.figures else {}
+        """The cube's standard figures (the study's; a sensitivity sweep's
+        indices as bars): name -> matplotlib Figure."""
+        from engine.cube.sensitivity_figure import cube_figures
+
+        return cube_figures(self._ds, self.study)
 
     @property
     def ok(self):

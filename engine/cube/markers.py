@@ -4,7 +4,8 @@ that solved it and how: engine.runner.shard), a failed marker per shard whose
 task raised, the cube's identity (how its shards are solved: one way for the
 whole cube, engine.cube.provenance.identity), the coordinates' checksums
 (recorded as the cube is created), what a run with --overwrite made it for,
-and the SLURM folder.
+the sensitivity analysis written (engine.cube.sensitivity: what it was
+computed from, and the checksums of its arrays), and the SLURM folder.
 
 A marker is written to a temporary name and renamed into place: it is either
 absent or whole. A marker that cannot be read (a disk that filled up, a hand
@@ -26,6 +27,9 @@ COORDINATES = "coordinates.json"
 # What a run with --overwrite created the cube for (its config hash, the
 # study's code, its identity): the same run, interrupted, resumes it.
 AFRESH = "afresh.json"
+# A sensitivity sweep's analysis, written after its index arrays: absent while
+# none is written whole.
+SENSITIVITY = "sensitivity.json"
 
 
 def _write_json(final: pathlib.Path, content: dict) -> None:
@@ -188,6 +192,21 @@ class Markers:
         """What a run with --overwrite created the cube for (None: none did, or unreadable)."""
         content = _read_json(self.folder / AFRESH)
         return content if isinstance(content, dict) else None
+
+    @property
+    def sensitivity_path(self) -> pathlib.Path:
+        return self.folder / SENSITIVITY
+
+    def record_sensitivity(self, content: dict) -> None:
+        _write_json(self.sensitivity_path, content)
+
+    def sensitivity(self) -> dict | None:
+        """The analysis written (None: none, or unreadable: computed again by the next run)."""
+        content = _read_json(self.sensitivity_path)
+        return content if isinstance(content, dict) else None
+
+    def forget_sensitivity(self) -> None:
+        self.sensitivity_path.unlink(missing_ok=True)
 
     def failed(self) -> list[dict]:
         """The failed markers' contents (kind, shard, error)."""

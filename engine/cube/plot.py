@@ -21,7 +21,13 @@ def plot_cube(path, out=None) -> list[pathlib.Path]:
     attrs = cube.attrs
     cube.check_whole(attrs)  # a damaged cube (its markers or metadata gone) is refused, no figure drawn
     study = load_study(attrs["study"])
-    if study.figures is None:
+    if "sensitivity" in _stored_tables(attrs):  # its figure is its indices' (cube_figures)
+        from engine.cube.sensitivity_report import state
+
+        found = state(cube)
+        if not found.computed:
+            raise StoreError(f"{path}: no sensitivity indices to draw: {found.line}")
+    elif study.figures is None:
         raise StoreError(f"{path}: study {study.name!r} declares no figures")
     folder = pathlib.Path(out) if out else path.parent
     stem = path.name.removesuffix(".zarr")
@@ -31,7 +37,9 @@ def plot_cube(path, out=None) -> list[pathlib.Path]:
         raise StoreError(f"{path}: an array cannot be read ({type(error).__name__}: {error}): a chunk is damaged; "
                          f"`rollsweep verify {path}` names it, and `rollsweep run` on its sweep solves it again"
                          ) from None
-    figures = study.figures(ds)
+    from engine.cube.sensitivity_figure import cube_figures
+
+    figures = cube_figures(ds, study)
     if not isinstance(figures, dict):
         raise StoreError(f"{path}: study {study.name!r}'s figures returned a {type(figures).__name__}, not a dict "
                          "of name -> matplotlib figure")
@@ -49,8 +57,13 @@ def plot_cube(path, out=None) -> list[pathlib.Path]:
 
 def _axis_specs(ds) -> dict:
     """The [axes] table of the sweep file stored in the cube ({} for a dataset without one)."""
+    return _stored_tables(ds.attrs).get("axes", {})
+
+
+def _stored_tables(attrs: dict) -> dict:
+    """The sweep file stored in a cube's attributes, read ({} where there is none that reads)."""
     try:
-        return tomllib.loads(ds.attrs.get("config", "")).get("axes", {})
+        return tomllib.loads(attrs.get("config", ""))
     except tomllib.TOMLDecodeError:
         return {}
 

@@ -37,6 +37,7 @@ class Progress:
     devices: str = ""  # which devices solved the done shards, one line
     writer: str | None = None  # "pid N on HOST" of the run writing the cube now, if one is
     solved: list = dataclasses.field(default_factory=list)  # by which code and how the done shards were solved
+    sensitivity: str = ""  # a sensitivity sweep's indices: computed, or why not (engine.cube.sensitivity_report)
 
     @property
     def complete(self) -> bool:
@@ -56,6 +57,8 @@ class Progress:
             lines.append(self.devices)
         lines += self.solved
         lines += [f"  {name:<14} {count:,}" for name, count in self.status_counts.items()]
+        if self.sensitivity:
+            lines.append(f"{'sensitivity':<16} {self.sensitivity}")
         lines += [f"failed {f['kind']} shard {f['shard']}: {f['error']}" for f in self.failed]
         lines += [f"damaged {line}" + ("" if line.endswith(_SAYS_WHO_REPAIRS) else " (solved again by the next run)")
                   for line in self.damaged]
@@ -92,7 +95,16 @@ def progress(path) -> Progress:
     counts = {s.name.lower(): check.status_counts[s] for s in Status if check.status_counts.get(s)}
     return Progress(sweep.study.name, shards, points_done, grid.n_points, failed, counts, cube.markers.failed(),
                     check.problems() + cube_problems(cube, check).lines(), describe_devices(cube.markers), running,
-                    solved_lines(check.markers, cube.attrs.get("study_fingerprint")))
+                    solved_lines(check.markers, cube.attrs.get("study_fingerprint")), _sensitivity(cube))
+
+
+def _sensitivity(cube: Cube) -> str:
+    """A sensitivity sweep's indices in one line ("" for any other sweep)."""
+    if cube.sweep.sensitivity is None:
+        return ""
+    from engine.cube.sensitivity_report import state
+
+    return state(cube).line
 
 
 def solved_lines(markers: dict, made_by: str | None) -> list[str]:

@@ -13,6 +13,7 @@ import base64
 import dataclasses
 import json
 import struct
+import warnings
 import zlib
 
 import numpy as np
@@ -124,10 +125,9 @@ def sample_coordinates(sweep: Sweep) -> dict[str, Variable]:
     """A sampled design's dimension (its points' index) and each drawn
     parameter's values along it."""
     samples = sweep.samples
-    index = np.arange(samples.n)
-    described_as = f"{samples.method} design of {samples.n:,} points, seed {samples.seed}"
+    index = np.arange(samples.points)
     arrays = {SAMPLE: Variable((SAMPLE,), index.shape, index.dtype.name,
-                               {"long_name": "sample", "description": described_as}, values=index)}
+                               {"long_name": "sample", "description": samples.describe()}, values=index)}
     for name, values in samples.draws.items():
         attrs = described(sweep.study.parameter(name)) | {"distribution": json.dumps(samples.parameters[name])}
         arrays[name] = Variable((SAMPLE,), values.shape, "float64", attrs, values=values)
@@ -171,8 +171,39 @@ def write(path, arrays: dict[str, Variable], attrs: dict) -> dict[str, str]:
     every array's metadata, the coordinates' values, consolidated metadata.
     Returns each coordinate's checksum (name -> coordinate_digest) as read back,
     which the cube's markers keep as a shard's done marker keeps its arrays'."""
-    digests = {}
     group = zarr.create_group(path, zarr_format=3, attributes=attrs)
+    digests = _create_arrays(group, arrays)
+    zarr.consolidate_metadata(path)
+    return digests
+
+
+def add(path, arrays: dict[str, Variable], attrs: dict, remove=(), prefix: str | None = None) -> dict[str, str]:
+    """Arrays whose values are all given (`values`) and attributes added to the
+    existing store at `path` (an array of the same name replaced), the arrays
+    named in `remove` and the attributes starting with `prefix` removed first,
+    and its consolidated metadata written again: what a sensitivity analysis
+    writes once every shard is done (engine.cube.sensitivity). Returns each
+    array's checksum as read back (coordinate_digest)."""
+    with warnings.catch_warnings():
+        # The markers' folder is the store's own, not a zarr node: expected to be skipped;
+        # consolidated metadata, not yet in zarr v3's spec, is what readers read.
+        warnings.filterwarnings("ignore", message="Object at _rollsweep is not recognized")
+        warnings.filterwarnings("ignore", message="Consolidated metadata")
+        group = zarr.open_group(path, mode="r+")
+        for name in remove:
+            if name in group:
+                del group[name]
+        kept = {k: v for k, v in group.attrs.items() if prefix is None or not k.startswith(prefix)}
+        group.attrs.put(kept | {k: _attribute(v) for k, v in attrs.items()})
+        digests = _create_arrays(group, arrays, overwrite=True)
+        zarr.consolidate_metadata(path)
+    return digests
+
+
+def _create_arrays(group, arrays: dict[str, Variable], overwrite: bool = False) -> dict[str, str]:
+    """Each array's metadata, and the values of those given, in xarray's
+    conventions; the given values' checksums as read back."""
+    digests = {}
     for name, v in arrays.items():
         attributes = dict(v.attrs)
         if v.dtype.startswith("float"):
@@ -186,11 +217,11 @@ def write(path, arrays: dict[str, Variable], attrs: dict) -> dict[str, str]:
             fill_value=_fill_value(v.dtype),
             dimension_names=v.dims or None,
             attributes=attributes,
+            overwrite=overwrite,
         )
         if v.values is not None:
             array[...] = v.values
             digests[name] = coordinate_digest(array[...])
-    zarr.consolidate_metadata(path)
     return digests
 
 

@@ -5,7 +5,8 @@ data (decoded, as a reader would) against the checksums its done marker
 recorded when the shard was written; the coordinates against the checksums
 recorded when the cube was created; each array's own metadata against the
 cube's consolidated metadata (which xarray reads; zarr reads the array's);
-the stored config against its hash. A run on the cube repairs what it can
+the stored config against its hash; a sensitivity sweep's indices against
+the checksums their analysis recorded. A run on the cube repairs what it can
 (`repair`): it drops the markers of the shards found damaged, so they are
 solved again, writes damaged coordinates again from its config, an array's
 metadata again from the consolidated one, and the stored config or its hash
@@ -24,6 +25,7 @@ import numpy as np
 from engine.cube.chunks import digest
 from engine.cube.markers import GRID, MARKERS, Markers
 from engine.cube.provenance import describe_identity
+from engine.cube.sensitivity import index_problems
 from engine.cube.store import Cube, quiet_zarr
 from engine.cube.structure import coordinate_digest, kind_arrays
 from engine.study.status import Status
@@ -394,8 +396,12 @@ def examine(path) -> Verdict:
     found = cube_problems(cube, check)
     total = sum(layout.n_shards for layout, _ in kind_arrays(sweep).values())
     done = sum(len(markers) for markers in check.markers.values())
-    return Verdict(found.lines() + check.problems(), done, total, running, mixing(check.markers, cube.attrs),
-                   found.unrepairable, found.notes)
+    problems = found.lines() + check.problems()
+    if sweep.sensitivity is not None and done == total and not problems and cube.markers.sensitivity() is None:
+        found.notes.append("sensitivity indices not computed yet: a run of its sweep computes them, solving "
+                           "nothing again")
+    return Verdict(problems, done, total, running, mixing(check.markers, cube.attrs), found.unrepairable,
+                   found.notes)
 
 
 @dataclasses.dataclass
@@ -431,6 +437,8 @@ def cube_problems(cube: Cube, check: ShardCheck) -> CubeProblems:
         coordinates.values())
     if not checksummed:
         found.notes.append("coordinates not checksummed: made before they were, not checked")
+    if sweep.sensitivity is not None:  # its indices against the checksums their analysis recorded
+        found.repairs += index_problems(cube, group=group)
     for layout, names in kind_arrays(sweep).values():
         for name in names:
             extra = sweep.output_shape(name) if name in sweep.outputs else ()

@@ -100,6 +100,9 @@ class RunReport:
     stages: dict = dataclasses.field(default_factory=dict)
     task_stages: dict = dataclasses.field(default_factory=dict)
     threads: int = 1
+    # A [sensitivity] sweep's analysis once every shard is done: its one line
+    # (engine.cube.sensitivity.analyse); "" for other sweeps, or while shards remain.
+    sensitivity: str = ""
 
     @property
     def solved(self) -> int:
@@ -487,6 +490,7 @@ def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources
     # around it would also hold whatever delayed this thread on its way in or out
     # (another thread holding the GIL: the program's compile, engine.runner.ahead).
     seconds = stages.current().seconds["solving"] - solved_before
+    analysis = _analysed(cube)
     # The tasks' threads (or workers) in no task: waiting for one, or idle at the end.
     task_seconds["waiting"] = max(0.0, threads * seconds - sum(task_seconds.values()))
     return RunReport(
@@ -502,7 +506,20 @@ def _run_locked(cube: Cube, plan, state, executor, workers, scheduler, resources
         critical_roots=sum(critical),
         task_stages=task_seconds,
         threads=threads,
+        sensitivity=analysis,
     )
+
+
+def _analysed(cube: Cube) -> str:
+    """A [sensitivity] sweep's indices, once every shard is done, under the
+    store's lock: computed here, by the run that finds the cube complete
+    (whichever executor solved it), or found computed already."""
+    if cube.sweep.sensitivity is None or pending_shards(cube):
+        return ""
+    from engine.cube.sensitivity import analyse
+
+    with stages.stage("closing"):
+        return analyse(cube)
 
 
 def inline_results(cube: Cube, plan: Plan, tasks, threads: int):

@@ -21,10 +21,11 @@ from engine.study.interface import Study, load_study
 from engine.sweep.layout import Layout, chunk_shape
 from engine.sweep.resources import checked as check_slurm_table
 from engine.sweep.samples import SAMPLE, Samples, parse_samples
+from engine.sweep.sensitivity import Sensitivity, parse_sensitivity
 from engine.sweep.settings import DTYPES, SOLVERS, SolverSettings, times_digest, tolerance_ceiling, tolerance_floor
 
 TOP_LEVEL_KEYS = {"study", "outputs", "parameter_file", "parameters", "axes", "solver", "critical", "run", "slurm",
-                  "save", "samples"}
+                  "save", "samples", "sensitivity"}
 RUN_KEYS = {"shard_size", "batch_size", "batch_solver", "out", "executor", "workers"}
 EXECUTORS = ("local", "inline", "slurm")
 CRITICAL_KEYS = {"output", "axis", "bracket", "target", "xtol"}
@@ -111,6 +112,11 @@ class Sweep:
     @property
     def save_times(self) -> tuple[float, ...]:
         return self.solver.save_times
+
+    @property
+    def sensitivity(self) -> Sensitivity | None:
+        """The sweep's `[sensitivity]` (its design is its samples')."""
+        return self.samples.sensitivity if self.samples is not None else None
 
     def output_shape(self, name: str) -> tuple[int, ...]:
         """One point's value of output `name` in this sweep (its sample times counted)."""
@@ -239,13 +245,14 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
         if name in axes_doc:
             raise ConfigError(file, key, f"{name!r} is also an axis in [axes]; a swept parameter cannot be fixed")
         check.value_in_range(key, value, known[name])
+    sensitivity = parse_sensitivity(check.table(doc, "sensitivity"), study, file)
     samples = parse_samples(check.table(doc, "samples"), study, axes_doc,
-                            {name: f"{source[name]}.{name}" for name in overrides}, file)
+                            {name: f"{source[name]}.{name}" for name in overrides}, file, sensitivity)
     if not axes_doc and samples is None:
         raise ConfigError(file, "axes", "no axis given: a sweep needs at least one swept parameter (or [samples])")
     axes = tuple(check.axis(name, spec, known) for name, spec in axes_doc.items())
     if samples is not None:  # the design's leading dimension: its points' index, the draws its coordinates
-        axes = (Axis(SAMPLE, np.arange(samples.n), {"samples": samples.n}),) + axes
+        axes = (Axis(SAMPLE, np.arange(samples.points), {"samples": samples.points}),) + axes
     check.grid_size(axes)
     drawn = samples.draws if samples is not None else {}
     parameters = {n: float(overrides.get(n, p.default)) for n, p in known.items()
@@ -253,6 +260,10 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
     check_constraints(file, study, parameters, axes[1:] if samples is not None else axes,
                       {name: f"{source[name]}.{name}" for name in overrides}, drawn)
     outputs = check.outputs(doc, study)
+    for i, name in enumerate(sensitivity.outputs if sensitivity else ()):
+        if name not in outputs:
+            raise ConfigError(file, f"sensitivity.outputs[{i}]", f"{name!r} is not among the sweep's selected "
+                              f"outputs ({', '.join(outputs)})")
 
     solver_doc = check.table(doc, "solver")
     solver = _solver_settings(study, check.solver_values(solver_doc))

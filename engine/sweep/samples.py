@@ -4,7 +4,9 @@ distributions instead of (or besides) a grid.
 The draws are made from the file alone (method, n, seed, distributions): the
 whole design at once, as scipy.stats.qmc draws it, so a point's values never
 depend on the shard or the machine that solves it. The cube gets a leading
-`sample` dimension, each drawn parameter a coordinate along it.
+`sample` dimension, each drawn parameter a coordinate along it. With
+`[sensitivity]` the design is the sensitivity method's, drawn by SALib
+(engine.sweep.sensitivity), and `n` is its base samples or trajectories.
 """
 
 import dataclasses
@@ -15,6 +17,7 @@ import math
 import numpy as np
 
 from engine.errors import ConfigError
+from engine.sweep.sensitivity import Sensitivity
 
 # The cube's dimension of a sampled design's points (its first).
 SAMPLE = "sample"
@@ -30,20 +33,54 @@ DISTRIBUTIONS = {
 SAMPLES_KEYS = {"method", "n", "seed", "parameters"}
 # Draws held in memory when a sweep is read (points x drawn parameters).
 MAX_DRAWN_VALUES = 1 << 28  # 2 GiB of float64
+# A unit draw of exactly 0 or 1 (Morris' grid has both ends as levels; an
+# unscrambled Sobol' sequence starts at 0) has an infinite inverse CDF under
+# a distribution unbounded on that side: it is moved this far into the open
+# interval (0, 1) instead, where a normal's draw is its mean -+ 8.2 standard
+# deviations. 2^-53 is below every other draw's distance from the ends
+# (scipy's qmc draws are multiples of 2^-30 or 2^-64 away from 0 but at most
+# 1 - 2^-53; numpy's random ones multiples of 2^-53), and only draws whose
+# value would be infinite are moved: every finite draw stays bit for bit.
+OPEN_EDGE = 2.0 ** -53
 
 
 @dataclasses.dataclass(frozen=True)
 class Samples:
-    method: str
-    n: int
+    method: str  # scipy.stats.qmc's (METHODS); with `sensitivity`, the sensitivity method's
+    n: int  # points drawn; with `sensitivity`, its base samples (sobol) or trajectories (morris)
     seed: int
     parameters: dict  # name -> {distribution: [arguments]}, in the file's order
+    # The design a sensitivity analysis needs ([sensitivity]); None: scipy's
+    # draws. Last, defaulted: a Samples made without it is what it was.
+    sensitivity: Sensitivity | None = None
+
+    @property
+    def points(self) -> int:
+        """The design's rows: the cube's `sample` dimension."""
+        if self.sensitivity is None:
+            return self.n
+        return self.sensitivity.points(self.n, len(self.parameters))
+
+    @functools.cached_property
+    def unit(self) -> np.ndarray:
+        """The design in the unit hypercube, (points, drawn parameters)."""
+        if self.sensitivity is not None:
+            return self.sensitivity.unit_design(self.parameters, self.n, self.seed)
+        return unit_draws(self.method, self.n, len(self.parameters), self.seed)
 
     @functools.cached_property
     def draws(self) -> dict[str, np.ndarray]:
-        """Each drawn parameter's n values (row i of the design is sample i)."""
-        unit = unit_draws(self.method, self.n, len(self.parameters), self.seed)
-        return {name: distribution(spec).ppf(unit[:, j]) for j, (name, spec) in enumerate(self.parameters.items())}
+        """Each drawn parameter's values, one a point (row i of the design is sample i)."""
+        unit = self.unit
+        return {name: inverse_cdf(spec, unit[:, j]) for j, (name, spec) in enumerate(self.parameters.items())}
+
+    def describe(self) -> str:
+        if self.sensitivity is None:
+            return f"{self.method} design of {self.n:,} points, seed {self.seed}"
+        s = self.sensitivity
+        design = "Saltelli's design" if s.method == "sobol" else f"Morris' trajectories ({s.levels} levels)"
+        base = "base samples" if s.method == "sobol" else "trajectories"
+        return f"{design} (SALib) for {s.method} indices: {self.n:,} {base}, {self.points:,} points, seed {self.seed}"
 
     def __getstate__(self):
         # A sweep travels to workers and SLURM tasks: the draws are made again
@@ -51,6 +88,7 @@ class Samples:
         # Sobol' design is 177 MB).
         state = dict(self.__dict__)
         state.pop("draws", None)
+        state.pop("unit", None)
         return state
 
     def canonical(self) -> dict:
@@ -58,7 +96,9 @@ class Samples:
         for values in self.draws.values():
             digest.update(np.ascontiguousarray(values, dtype="<f8").tobytes())
         return {"method": self.method, "n": self.n, "seed": self.seed, "parameters": self.parameters,
-                "draws": digest.hexdigest()}
+                "draws": digest.hexdigest(),
+                # Only where there is one: a [samples] sweep's hash is what it was.
+                **({"sensitivity": self.sensitivity.canonical()} if self.sensitivity else {})}
 
 
 def unit_draws(method: str, n: int, d: int, seed: int) -> np.ndarray:
@@ -70,6 +110,17 @@ def unit_draws(method: str, n: int, d: int, seed: int) -> np.ndarray:
         return rng.random((n, d))
     engine = {"sobol": qmc.Sobol, "halton": qmc.Halton, "lhs": qmc.LatinHypercube}[method](d, rng=rng)
     return engine.random(n)
+
+
+def inverse_cdf(spec: dict, unit: np.ndarray) -> np.ndarray:
+    """The distribution's values at the unit draws `unit`: its inverse CDF,
+    finite at draws of exactly 0 or 1 (OPEN_EDGE)."""
+    law = distribution(spec)
+    values = law.ppf(unit)
+    infinite = ~np.isfinite(values)
+    if infinite.any():
+        values[infinite] = law.ppf(np.clip(unit[infinite], OPEN_EDGE, 1.0 - OPEN_EDGE))
+    return values
 
 
 def distribution(spec: dict):
@@ -90,37 +141,52 @@ def distribution(spec: dict):
     return stats.triang((mode - lower) / (upper - lower), loc=lower, scale=upper - lower)
 
 
-def parse_samples(table: dict, study, axes_names, fixed_keys: dict, file) -> Samples | None:
+def parse_samples(table: dict, study, axes_names, fixed_keys: dict, file,
+                  sensitivity: Sensitivity | None = None) -> Samples | None:
     """The `[samples]` table checked: keys, method, n, seed, each distribution
     and its arguments, its support inside the parameter's allowed range (or
-    truncated to it), a parameter drawn and also swept or fixed."""
-    if not table:
-        return None
-
+    truncated to it), a parameter drawn and also swept or fixed. With a
+    `sensitivity` (the sweep's `[sensitivity]`), the design is its method's:
+    `[samples]` gives its base samples, seed and distributions, no method."""
     def fail(key, reason):
         raise ConfigError(file, key, reason)
 
+    if not table:
+        if sensitivity is not None:
+            fail("sensitivity", "needs [samples]: n (base samples, or trajectories for morris), seed and "
+                 "[samples.parameters], the inputs' distributions")
+        return None
     for key in table:
         if key not in SAMPLES_KEYS:
             fail(f"samples.{key}", f"unknown key (expected one of {sorted(SAMPLES_KEYS)})")
-    method = table.get("method", "sobol")
-    if method not in METHODS:
+    if sensitivity is not None and "method" in table:
+        fail("samples.method", f"means nothing with [sensitivity]: the design is {sensitivity.method}'s own "
+             f"({'Saltelli' if sensitivity.method == 'sobol' else 'Morris'}'s, drawn by SALib); remove it")
+    method = sensitivity.method if sensitivity is not None else table.get("method", "sobol")
+    if sensitivity is None and method not in METHODS:
         fail("samples.method", f"{method!r} is not one of {METHODS}")
     n = table.get("n")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         fail("samples.n", f"must be a positive integer, got {n!r}")
     if method == "sobol" and n & (n - 1):
         below, above = 1 << (n.bit_length() - 1), 1 << n.bit_length()
-        fail("samples.n", f"{n:,} is not a power of two, which a Sobol' sequence needs to keep its balance: use "
-             f"{below:,} or {above:,} (or method = \"lhs\", \"halton\" or \"random\")")
+        needs = "Saltelli's design on a Sobol' sequence needs" if sensitivity else \
+            "a Sobol' sequence needs to keep its balance"
+        fail("samples.n", f"{n:,} is not a power of two, which {needs}: use {below:,} or {above:,}" + (
+            "" if sensitivity else " (or method = \"lhs\", \"halton\" or \"random\")"))
+    if sensitivity is not None and n < 2:
+        fail("samples.n", f"must be at least 2 for {method} indices (their confidence intervals resample the "
+             f"{'base samples' if method == 'sobol' else 'trajectories'}), got {n}")
     seed = table.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         fail("samples.seed", f"must be a non-negative integer, got {seed!r}")
     drawn = table.get("parameters")
     if not isinstance(drawn, dict) or not drawn:
         fail("samples.parameters", "must be a table of at least one parameter and its distribution")
-    if n * len(drawn) > MAX_DRAWN_VALUES:
-        fail("samples.n", f"{n:,} points of {len(drawn)} drawn parameters exceed the limit of "
+    points = n if sensitivity is None else sensitivity.points(n, len(drawn))
+    if points * len(drawn) > MAX_DRAWN_VALUES:
+        of = "" if sensitivity is None else f" ({n:,} x {sensitivity.group_size(len(drawn))})"
+        fail("samples.n", f"{points:,} points{of} of {len(drawn)} drawn parameters exceed the limit of "
              f"{MAX_DRAWN_VALUES:,} drawn values")
     known = study.parameters_by_name
     if SAMPLE in known:
@@ -134,8 +200,11 @@ def parse_samples(table: dict, study, axes_names, fixed_keys: dict, file) -> Sam
         if name in fixed_keys:
             fail(key, f"{name!r} is also fixed ({fixed_keys[name]}); a drawn parameter cannot be fixed")
         _check_distribution(key, spec, known[name], fail)
+    if sensitivity is not None and axes_names:  # (one both drawn and an axis is named above, as such)
+        fail(f"axes.{next(iter(axes_names))}", "a sensitivity sweep varies its drawn parameters alone: fix this "
+             "one in [parameters] or draw it in [samples.parameters]")
     samples = Samples(method, n, seed, {name: {k: [float(a) for a in v] for k, v in spec.items()}
-                                        for name, spec in drawn.items()})
+                                        for name, spec in drawn.items()}, sensitivity)
     for name, values in samples.draws.items():
         outside = np.flatnonzero(~known[name].admitted(values))
         if outside.size:

@@ -1,0 +1,56 @@
+"""A sensitivity sweep's indices drawn: the figure `rollsweep plot` and
+`ds.rollsweep.figures()` give a cube that holds them. Of an opened cube (an
+xarray Dataset) alone: no store is read here."""
+
+import numpy as np
+
+from engine.study.interface import readable
+
+
+def cube_figures(ds, study) -> dict:
+    """A cube's standard figures: a sensitivity sweep's, its indices as bars
+    (the study's figures are drawn for grids, and a design made for SALib's
+    estimator is none); any other cube's, the study's own."""
+    if has_indices(ds):
+        return {"sensitivity": figure(ds)}
+    return study.figures(ds) if study.figures is not None else {}
+
+
+def has_indices(ds) -> bool:
+    """Whether an opened cube (an xarray Dataset) holds sensitivity indices."""
+    return "sensitivity_method" in ds.attrs and ("ST" in ds or "mu_star" in ds)
+
+
+def figure(ds):
+    """One panel per output: Sobol's S1 and ST (or Morris' mu*) of each
+    parameter as bars with their confidence intervals, the parameters
+    ranked by ST (mu*)."""
+    import matplotlib.pyplot as plt
+
+    sobol = "ST" in ds
+    outputs = [str(v) for v in ds["output"].values]
+    fig, axes = plt.subplots(len(outputs), 1, figsize=(7.5, 2.8 * len(outputs)), squeeze=False)
+    level = f"{float(ds.attrs.get('sensitivity_confidence', 0.95)):.0%}"
+    for ax, output in zip(axes[:, 0], outputs, strict=True):
+        one = ds.sel(output=output)
+        order = np.argsort(-(one["ST"] if sobol else one["mu_star"]).values, kind="stable")
+        names = [str(ds["parameter"].values[j]) for j in order]
+        x = np.arange(len(names))
+        if sobol:
+            for shift, name, colour in ((-0.2, "S1", "tab:blue"), (0.2, "ST", "tab:orange")):
+                ax.bar(x + shift, one[name].values[order], 0.4, yerr=one[f"{name}_conf"].values[order], capsize=3,
+                       color=colour, label=name)
+            ax.set_ylabel("index")
+        else:
+            ax.bar(x - 0.2, one["mu_star"].values[order], 0.4, yerr=one["mu_star_conf"].values[order], capsize=3,
+                   color="tab:blue", label=r"$\mu^*$")
+            ax.bar(x + 0.2, one["sigma"].values[order], 0.4, color="tab:gray", label=r"$\sigma$")
+            ax.set_ylabel("elementary effect")
+        ax.set_xticks(x, names, rotation=45 if len(names) > 8 else 0, ha="right" if len(names) > 8 else "center")
+        ax.axhline(0.0, color="black", linewidth=0.6)
+        label = (ds[output].attrs.get("long_name") if output in ds else None) or readable(output)
+        ax.set_title(f"{label} ({level} intervals)", fontsize=10)
+        ax.legend(fontsize=8)
+    fig.suptitle(ds.attrs.get("sensitivity", ""), fontsize=8)
+    fig.tight_layout()
+    return fig
