@@ -1,5 +1,7 @@
 """Bicycle designs from files, and invalid designs rejected before any run."""
 
+import re
+
 import pytest
 
 from engine.cli.commands import main
@@ -59,3 +61,16 @@ def test_bad_design_file_names_its_key(tmp_path, capsys):
     (tmp_path / "bike.toml").write_text(BENCHMARK_FILE.read_text().replace("m = 85.0", 'm = "heavy"'))
     code, err, path = run_config(tmp_path, 'parameter_file = "bike.toml"\n' + AXIS, capsys)
     assert code == 2 and "parameter_file: cannot read" in err and "rear_frame.m must be a number" in err, err
+
+
+@pytest.mark.parametrize("body", ["rear_frame = 3", 'front_wheel = "light"', "rear_wheel = [1, 2]"])
+def test_a_design_file_whose_body_is_not_a_table_names_it(tmp_path, capsys, body):
+    """A body written as a value instead of a table ([rear_frame] with its
+    values) is one line naming it, as any other bad design file."""
+    key = body.split(" =")[0]
+    design = re.sub(rf"^\[{key}\].*?(?=^\[|\Z)", "", BENCHMARK_FILE.read_text(), flags=re.M | re.S)
+    assert f"[{key}]" not in design
+    (tmp_path / "bike.toml").write_text(f"{body}\n{design}")
+    code, err, path = run_config(tmp_path, 'parameter_file = "bike.toml"\n' + AXIS, capsys)
+    assert code == 2 and "parameter_file: cannot read" in err and f"{key} must be a table" in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err

@@ -33,6 +33,9 @@ def load_design(path) -> dict:
     flat = {}
     for key, value in doc.items():
         if key in _BODIES:
+            if not isinstance(value, dict):
+                raise ValueError(f"{key} must be a table of the body's values ([{key}] with r, m, x, z, Ixx, ...), "
+                                 f"got {value!r}")
             body = _BODIES[key]
             for field, number in value.items():
                 # r, m, x, z -> rR, mR, ...; Ixx -> IRxx (body letter after the I)
