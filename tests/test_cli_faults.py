@@ -337,3 +337,33 @@ def test_a_path_that_holds_no_cube_says_why(sweep, tmp_path, capsys):
     line = _one_line(capsys.readouterr().err)
     assert f"--out: {tmp_path / 'nowhere.zarr'} is a link to {tmp_path / 'gone'}, which does not exist" in line
     assert not (tmp_path / "gone").exists() and not list(tmp_path.glob("*.lock"))
+
+
+@pytest.mark.parametrize("command", ["status", "verify", "plot"])
+@pytest.mark.parametrize("path", ["", ".", "/"], ids=["empty", "current folder", "root"])
+def test_an_empty_current_or_root_path_is_one_line_and_nothing_written(command, path, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main([command, path]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "not a rollsweep cube" in line and "Traceback" not in line, line
+    assert list(tmp_path.iterdir()) == [] and not pathlib.Path("/.lock").exists()
+
+
+def test_plot_into_a_cube_is_refused_and_writes_nothing(tmp_path, capsys):
+    """Figures go beside a cube, never into one (its own folder, or a folder
+    inside it or another cube)."""
+    from engine.runner.execute import run
+
+    from conftest import regime_grid
+
+    sweep = regime_grid(tmp_path, "regime", shard_size=64, spins=3)
+    run(sweep, progress=False)
+    cube = pathlib.Path(sweep.out)
+    before = sorted(p.relative_to(cube) for p in cube.rglob("*"))
+    for out in (cube, cube / "figures", cube / "spin_ratio"):
+        assert main(["plot", str(cube), "--out", str(out)]) == 2
+        line = _one_line(capsys.readouterr().err)
+        assert f"inside the cube {cube}" in line and "choose another --out" in line, line
+    assert sorted(p.relative_to(cube) for p in cube.rglob("*")) == before
+    assert main(["plot", str(cube), "--out", str(tmp_path / "figures")]) == 0
+    assert list((tmp_path / "figures").glob("*.png"))

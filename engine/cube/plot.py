@@ -30,6 +30,7 @@ def plot_cube(path, out=None) -> list[pathlib.Path]:
     elif study.figures is None:
         raise StoreError(f"{path}: study {study.name!r} declares no figures")
     folder = pathlib.Path(out) if out else path.parent
+    _check_not_in_a_cube(folder)
     stem = path.name.removesuffix(".zarr")
     try:
         ds = cube.dataset().load()  # read whole here: a chunk that cannot be decoded is the cube's one line
@@ -109,3 +110,13 @@ def label_of(name: str, declared, fallback: str | None = None) -> str:
         if d.name == name:
             return d.label
     return fallback if fallback is not None else readable(name)
+
+
+def _check_not_in_a_cube(folder: pathlib.Path) -> None:
+    """Figures go beside cubes, never into one: a PNG inside a store is a file
+    no reader of the cube expects (and `verify` would not know it)."""
+    absolute = folder.absolute()
+    cube = next((f for f in (absolute, *absolute.parents) if (f / "_rollsweep").is_dir()), None)
+    if cube is not None:
+        raise StoreError(f"{folder}: inside the cube {cube}: figures are written beside a cube, never into one; "
+                         "choose another --out")
