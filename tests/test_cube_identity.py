@@ -116,9 +116,11 @@ def test_a_cube_solved_otherwise_is_refused_naming_what_differs(made, tmp_path, 
     identity = Markers(sweep.out).identity()
     identity[key] = identity[key] | changed if isinstance(changed, dict) else changed
     Markers(sweep.out).identity_path.write_text(json.dumps(identity))
+    before = marker_digest(sweep.out)
     with pytest.raises(StoreError, match=re.escape(named)) as refused:
         run(sweep, progress=False)
     assert "\n" not in str(refused.value)
+    assert marker_digest(sweep.out) == before and not pathlib.Path(f"{sweep.out}.lock").exists()
 
 
 def test_a_complete_cube_is_reported_as_it_is_however_a_run_would_solve(made, tmp_path):
@@ -185,8 +187,10 @@ def test_another_config_is_refused_naming_the_key(made, tmp_path):
     sweep = interrupted(made["default"], tmp_path)
     other = load_sweep(sweep_file(tmp_path, sweep.text.replace("[run]", "[solver]\natol = 1e-9\n[run]"),
                                   name="other.toml"))
+    before = marker_digest(sweep.out)
     with pytest.raises(StoreError, match=r"holds a cube of another config \(solver.atol differs; hash "):
         run(other, progress=False)
+    assert marker_digest(sweep.out) == before and not pathlib.Path(f"{sweep.out}.lock").exists()
 
 
 # A cube made before identities were recorded: no identity.json, markers without "code" or "solved_with".

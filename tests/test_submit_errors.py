@@ -8,6 +8,7 @@ import pathlib
 import pytest
 
 from engine.cli.commands import main
+from engine.cube.markers import Markers
 
 from conftest import sweep_file
 
@@ -77,6 +78,9 @@ def test_a_slurm_run_without_a_controller_ends_with_one_line(work, sbatch_withou
     config = regime_sweep(work.parent)
     assert main(["run", str(config), "--executor", "slurm", "--quiet"]) == 1
     assert one_line(capsys) == f"rollsweep: error: sbatch refused the job: {NO_CONTROLLER}"
+    # The store it made holds no solved shard and is free: the same command resumes it once SLURM answers.
+    assert sorted(p.name for p in work.iterdir()) == ["cube.zarr", "sweep.toml"]
+    assert not Markers(work / "cube.zarr").any_done()
 
 
 def test_a_dry_run_of_a_complete_cube_says_there_is_nothing_to_submit(work, capsys):
