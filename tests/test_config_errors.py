@@ -290,9 +290,10 @@ def test_point_within_the_constraints_is_selected(tmp_path):
     assert select_point(sweep, [], 4)["v"] == 10.0
 
 
-def test_constraints_are_evaluated_in_chunks_and_name_the_first_failing_point(monkeypatch):
+def test_constraints_are_evaluated_in_chunks_and_name_the_first_failing_point(monkeypatch, capsys):
     """A chunk of the grid at a time (memory bounded whatever the grid's size),
-    and the same first failing point (C order) as one evaluation of the whole mesh."""
+    and the same first failing point (C order) as one evaluation of the whole
+    mesh; a check of more combinations than CONSTRAINT_NOTICE says so first."""
     import types
 
     import numpy as np
@@ -312,8 +313,11 @@ def test_constraints_are_evaluated_in_chunks_and_name_the_first_failing_point(mo
     x, y = np.meshgrid(axes[0].values, axes[1].values, indexing="ij")
     first = int(np.argmin(x.ravel() + 0.25 <= y.ravel()))
     monkeypatch.setattr(config, "CONSTRAINT_CHUNK", 64)
+    monkeypatch.setattr(config, "CONSTRAINT_NOTICE", 1999)
     with pytest.raises(ConfigError) as refused:
         check_constraints("s.toml", study, {"z": 0.25}, axes, {"z": "parameters.z"})
+    said = capsys.readouterr().err
+    assert said == "rollsweep: checking 'x + z must not exceed y' on 2,000 combinations of x, y ...\n", said
     assert refused.value.key == "axes.x"
     assert refused.value.reason == (f"x + z must not exceed y (at x={x.ravel()[first]:g}, y={y.ravel()[first]:g}, "
                                     "z=0.25)")

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import pathlib
+import sys
 import tomllib
 
 import numpy as np
@@ -52,6 +53,9 @@ MAX_SEGMENTS = 100_000
 # constrained grid of 10^10 points is checked 512 KiB columns at a time, never
 # in columns of 80 GB a parameter.
 CONSTRAINT_CHUNK = 1 << 16
+# Combinations a constraint is checked on above which the check says so (256
+# chunks: a second or more; 10^10 take minutes).
+CONSTRAINT_NOTICE = 1 << 24
 # What the loosest tolerance allows (engine.sweep.settings.tolerance_ceiling), as
 # a refusal says it.
 LOOSEST = {"rtol": "a step {:.0%} off", "atol": "an error of {:g} a step in states of order one"}
@@ -348,6 +352,9 @@ def _first_failure(constraint, parameters: dict, swept: dict, drawn: dict) -> di
     shape = tuple(len(swept[name]) for name in varying)
     fixed = {name: parameters[name] for name in constraint.parameters if name not in swept and name not in drawn}
     count = math.prod(shape)
+    if count > CONSTRAINT_NOTICE:  # seconds to minutes: said, so the silence is not taken for a hang
+        print(f"rollsweep: checking {constraint.message!r} on {count:,} combinations of "
+              f"{', '.join(varying)} ...", file=sys.stderr, flush=True)
     for first in range(0, count, CONSTRAINT_CHUNK):
         points = np.arange(first, min(first + CONSTRAINT_CHUNK, count))
         values = fixed | _grid_columns(swept, varying, shape, points)
