@@ -374,26 +374,30 @@ def test_the_hoops_vectorised_constraint_refuses_exactly_what_the_point_by_point
                                   code == 0)
 
 
-def test_the_hoops_constraint_is_checked_many_times_faster_than_point_by_point():
-    """On tracks around the study's, as its sweeps have them: 1.2-1.65 ms a point
-    one at a time; vectorised some 18 times faster (asked: 5, on a loaded machine)."""
-    import time
+def test_the_hoops_constraint_is_checked_a_chunk_of_points_at_a_time(monkeypatch):
+    """Vectorised, not a point at a time (1.2-1.65 ms a point: 66.8 s of silence
+    for 200 x 200): 400 points are checked in whole chunks of CHUNK_POINTS, the
+    same verdicts. Its speed (200 x 200: 49 s one at a time, 2.3 s vectorised)
+    is a benchmark's to measure, not a test's."""
+    import math
 
     import numpy as np
 
-    from studies.hoop._profile import admissible
+    from studies.hoop import _profile
 
+    chunks = []
+    check = _profile._admissible_chunk
+
+    def counted(a, *rest):
+        chunks.append(a.size)
+        return check(a, *rest)
+
+    monkeypatch.setattr(_profile, "_admissible_chunk", counted)
     a, b = (c.ravel() for c in np.meshgrid(np.linspace(-0.5, 0.5, 20), np.linspace(-0.5, 1.0, 20), indexing="ij"))
     columns = (a, b, 0.01, 9.81, 0.0, 1.0)
-    started = time.perf_counter()
-    code = _hoop_point_by_point(*(np.broadcast_to(c, a.shape) for c in columns))
-    one_by_one = time.perf_counter() - started
-    vectorised = []
-    for _ in range(3):  # the best of three: a short time, easily stretched by another process
-        started = time.perf_counter()
-        np.testing.assert_array_equal(admissible(*columns), code == 0)
-        vectorised.append(time.perf_counter() - started)
-    assert min(vectorised) * 5 < one_by_one, (vectorised, one_by_one)
+    np.testing.assert_array_equal(_profile.admissible(*columns), _hoop_point_by_point(
+        *(np.broadcast_to(c, a.shape) for c in columns)) == 0)
+    assert len(chunks) == math.ceil(a.size / _profile.CHUNK_POINTS) and sum(chunks) == a.size, chunks
 
 
 def test_the_hoops_start_sample_is_the_nearest_the_first_of_two_as_near():
