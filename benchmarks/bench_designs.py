@@ -1,0 +1,89 @@
+"""A drawn design against a grid of as many points, end to end.
+
+`rollsweep run` (the default path, no shard_size or batch_size) of the same
+study over N points twice: once as a grid of its two axes (sqrt N x sqrt N),
+once as a `[samples]` design drawing the same two parameters (scrambled
+Sobol', uniform on the same ranges), in alternating rounds in child
+processes. The draws, the sample coordinates and the per-point parameter
+columns are the design's costs beyond the grid's: the ratio is the drawn
+design's rate over the grid's (the issue's target: at least 0.8 at 1e7
+points of a cheap study).
+
+With --sensitivity, the same with a `[sensitivity]` Sobol' design (Saltelli's
+N (D + 2) points, SALib's analysis at the end) against a grid of as many
+points: the analysis is inside the drawn run's time.
+
+Run: `python benchmarks/bench_designs.py [--log2 23] [--rounds 2] [--sensitivity]`
+(--quick: 2^16 points, one round: a smoke test).
+"""
+
+import argparse
+import math
+import pathlib
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from _common import machine, print_table, rollsweep_process  # noqa: E402
+
+STUDY = "rebound_regime"  # a closed form: the design's and the store's costs are what is measured
+RANGES = {"spin_ratio": (-1.0, 1.0), "incidence_angle": (0.5, 89.5)}
+
+
+def grid_text(points: int, out: pathlib.Path) -> str:
+    side = math.isqrt(points)
+    lines = [f'study = "{STUDY}"', "[axes]"]
+    lines += [f"{name} = {{ linspace = [{lo!r}, {hi!r}, {side if i == 0 else points // side}] }}"
+              for i, (name, (lo, hi)) in enumerate(RANGES.items())]
+    return "\n".join(lines + ["[run]", f'out = "{out}"']) + "\n"
+
+
+def drawn_text(points: int, out: pathlib.Path, sensitivity: bool) -> str:
+    # Sobol' with [sensitivity]: N (D + 2) points for N base samples, D = 2.
+    n = points // (len(RANGES) + 2) if sensitivity else points
+    lines = [f'study = "{STUDY}"', "[samples]"]
+    lines += ([] if sensitivity else ['method = "sobol"']) + [f"n = {n}", "seed = 1", "[samples.parameters]"]
+    lines += [f"{name} = {{ uniform = [{lo!r}, {hi!r}] }}" for name, (lo, hi) in RANGES.items()]
+    if sensitivity:
+        lines += ["[sensitivity]", 'method = "sobol"', 'outputs = ["out_vx", "out_wy"]']
+    return "\n".join(lines + ["[run]", f'out = "{out}"']) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--log2", type=int, default=23, help="points: 2^LOG2 (default 23: 8.4 million)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--sensitivity", action="store_true", help="a [sensitivity] design instead of [samples]")
+    parser.add_argument("--quick", action="store_true", help="2^16 points, one round")
+    args = parser.parse_args()
+    log2, rounds = (16, 1) if args.quick else (args.log2, args.rounds)
+    if args.sensitivity:
+        log2 += 2  # N (D + 2) = 4 N points: N = 2^log2 / 4 a power of two
+    points = 1 << log2
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="bench-designs-"))
+    try:
+        files = {}
+        for name, text in (("grid", grid_text(points, folder / "grid.zarr")),
+                           ("drawn", drawn_text(points, folder / "drawn.zarr", args.sensitivity))):
+            files[name] = folder / f"{name}.toml"
+            files[name].write_text(text)
+        for path in files.values():  # untimed: each program compiled into the cache
+            rollsweep_process("run", str(path), "--quiet", "--overwrite")
+        best = dict.fromkeys(files, math.inf)
+        for _ in range(rounds):
+            for name, path in files.items():
+                seconds, _ = rollsweep_process("run", str(path), "--quiet", "--overwrite")
+                best[name] = min(best[name], seconds)
+        what = "[sensitivity] Sobol' design (analysis included)" if args.sensitivity else "[samples] Sobol' design"
+        print(f"{STUDY}, {points:,} points; {machine()}; best of {rounds} rounds, each a `rollsweep run` process")
+        print_table(f"{what} against a grid of as many points (end to end, the default path)",
+                    [("grid", points / best["grid"]), ("drawn design", points / best["drawn"])], "grid",
+                    error_headers=())
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
