@@ -152,3 +152,17 @@ def test_a_grid_without_samples_keeps_its_config_hash():
     every cube made before keeps its identity."""
     sweep = parse_sweep('study = "pingpong"\n[axes]\nspin_ratio = { values = [1.0] }\n[run]\nout = "c.zarr"\n')
     assert sweep.samples is None and "samples" not in sweep.canonical()
+
+
+@pytest.mark.parametrize("spec", [{"uniform": [-1.0, 1.0]}, {"uniform": [0.06, 0.1]}, {"uniform": [3, 7]},
+                                  {"normal": [0.3, 0.005]}, {"normal": [-2.0, 1.5]}])
+def test_the_fast_inverse_cdfs_are_scipys_bit_for_bit(spec):
+    """Uniform and normal draws are mapped with scipy's own arithmetic, not
+    through its per-value checks: the same values, the ends of (0, 1) included."""
+    from engine.sweep.samples import OPEN_EDGE, distribution, inverse_cdf
+
+    unit = np.concatenate([np.random.default_rng(3).random(10_000), [0.0, OPEN_EDGE, 0.5, 1.0 - 2**-53, 1.0]])
+    expected = distribution(spec).ppf(unit)
+    ends = ~np.isfinite(expected)  # a normal's 0 and 1: moved OPEN_EDGE into the interval
+    expected[ends] = distribution(spec).ppf(np.clip(unit[ends], OPEN_EDGE, 1.0 - OPEN_EDGE))
+    np.testing.assert_array_equal(inverse_cdf(spec, unit), expected)

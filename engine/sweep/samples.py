@@ -115,12 +115,35 @@ def unit_draws(method: str, n: int, d: int, seed: int) -> np.ndarray:
 def inverse_cdf(spec: dict, unit: np.ndarray) -> np.ndarray:
     """The distribution's values at the unit draws `unit`: its inverse CDF,
     finite at draws of exactly 0 or 1 (OPEN_EDGE)."""
+    (kind, args), = spec.items()
+    if kind in _OWN_ARITHMETIC:  # scipy's arithmetic without its per-value checks: bit for bit, 10-70x faster
+        values = _OWN_ARITHMETIC[kind](unit, *args)
+        if np.isfinite(values).all():
+            return values
     law = distribution(spec)
     values = law.ppf(unit)
     infinite = ~np.isfinite(values)
     if infinite.any():
         values[infinite] = law.ppf(np.clip(unit[infinite], OPEN_EDGE, 1.0 - OPEN_EDGE))
     return values
+
+
+# The inverse CDFs scipy.stats computes as q * scale + loc of its standard
+# distribution's (uniform: q itself; normal: scipy.special.ndtri), written as it
+# writes them: the same values, bit for bit (tests/test_sampled_designs.py), in
+# a fraction of the time its argument checks take over 10^7 draws (uniform:
+# 1.4 s -> 0.02 s for 4 million). Non-finite values (a normal's draw of exactly
+# 0 or 1) go the general way.
+_OWN_ARITHMETIC = {
+    "uniform": lambda q, lower, upper: q * (upper - lower) + lower,
+    "normal": lambda q, mean, sd: _ndtri(q) * sd + mean,
+}
+
+
+def _ndtri(q):
+    from scipy.special import ndtri
+
+    return ndtri(q)
 
 
 def distribution(spec: dict):
