@@ -166,3 +166,14 @@ def test_the_fast_inverse_cdfs_are_scipys_bit_for_bit(spec):
     ends = ~np.isfinite(expected)  # a normal's 0 and 1: moved OPEN_EDGE into the interval
     expected[ends] = distribution(spec).ppf(np.clip(unit[ends], OPEN_EDGE, 1.0 - OPEN_EDGE))
     np.testing.assert_array_equal(inverse_cdf(spec, unit), expected)
+
+
+def test_validate_names_the_design_and_the_memory_its_draws_take(tmp_path, capsys):
+    from engine.cli.commands import main
+
+    path = tmp_path / "s.toml"
+    path.write_text(_text(tmp_path / "c.zarr"))
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "design           sobol design of 64 points, seed 1\n" in out, out
+    assert f"draws            {2 * 64 * 2 * 8 / 2**20:,.1f} MiB in each process reading the sweep (2 parameters)" in out

@@ -157,6 +157,12 @@ def _validate(args):
     if sweep.sensitivity is not None:
         print(f"sensitivity      {sweep.samples.describe()}; {', '.join(sweep.sensitivity.outputs)} analysed by "
               "SALib once every shard is done")
+    elif sweep.samples is not None:
+        print(f"design           {sweep.samples.describe()}")
+    if sweep.samples is not None:  # drawn whole where the sweep is read: the unit design and the values
+        held = 2 * sweep.samples.points * len(sweep.samples.parameters) * 8
+        print(f"draws            {held / 2**20:,.1f} MiB in each process reading the sweep "
+              f"({len(sweep.samples.parameters)} parameters)")
     print(cost.describe())
     print(describe_programs(sweep, plan))
     print(f"output           {sweep.out} (config hash {sweep.config_hash[:12]})")
