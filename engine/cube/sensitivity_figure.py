@@ -7,13 +7,44 @@ import numpy as np
 from engine.study.interface import readable
 
 
-def cube_figures(ds, study) -> dict:
-    """A cube's standard figures: a sensitivity sweep's, its indices as bars
-    (the study's figures are drawn for grids, and a design made for SALib's
-    estimator is none); any other cube's, the study's own."""
-    if has_indices(ds):
-        return {"sensitivity": figure(ds)}
-    return study.figures(ds) if study.figures is not None else {}
+def cube_figures(ds, study, skipped: list | None = None) -> dict:
+    """A cube's standard figures: a sensitivity sweep's indices as bars, and
+    the study's own figures. A study's figures are written for its grids; on
+    a cube with a sampled design's `sample` dimension (a [samples] or a
+    sensitivity sweep) each study draws those that make sense, and one that
+    raises there is skipped, never a traceback: one line in `skipped` says
+    why (so one that draws nothing there)."""
+    from engine.sweep.samples import SAMPLE
+
+    found = {"sensitivity": figure(ds)} if has_indices(ds) else {}
+    if study.figures is None:
+        return found
+    if SAMPLE not in ds.dims:
+        return study.figures(ds)  # a grid's (a sensitivity sweep's cube always has a sample dimension)
+    import matplotlib.pyplot as plt
+
+    before = set(plt.get_fignums())
+    dims = ", ".join(str(d) for d in ds.dims)
+    try:
+        own = study.figures(ds)
+    except Exception as error:  # noqa: BLE001 - any figure code's: skipped in one line
+        for number in set(plt.get_fignums()) - before:  # what it had drawn before it raised
+            plt.close(number)
+        said = " ".join(str(error).split())
+        _say(skipped, f"study {study.name!r}'s figures skipped: they do not draw a cube with dimensions ({dims}) "
+                      f"({type(error).__name__}: {said})")
+        return found
+    if isinstance(own, dict) and not own:
+        _say(skipped, f"study {study.name!r} has no figure of a cube with dimensions ({dims}); "
+                      "its figures are of its grids")
+    if not isinstance(own, dict):
+        return own  # plot_cube names what it is
+    return found | {name: fig for name, fig in own.items() if name not in found}
+
+
+def _say(skipped: list | None, line: str) -> None:
+    if skipped is not None:
+        skipped.append(line)
 
 
 def has_indices(ds) -> bool:
