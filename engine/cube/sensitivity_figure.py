@@ -34,7 +34,7 @@ def cube_figures(ds, study, skipped: list | None = None) -> dict:
         _say(skipped, f"study {study.name!r}'s figures skipped: they do not draw a cube with dimensions ({dims}) "
                       f"({type(error).__name__}: {said})")
         return found
-    if isinstance(own, dict) and not own:
+    if isinstance(own, dict) and not own and not found:
         _say(skipped, f"study {study.name!r} has no figure of a cube with dimensions ({dims}); "
                       "its figures are of its grids")
     if not isinstance(own, dict):
