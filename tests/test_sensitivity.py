@@ -447,8 +447,6 @@ def test_a_grid_cube_is_no_sensitivity_sweep(tmp_path, capsys):
     (('method = "sobol"', 'method = "morris"\nlevels = 3'), "sensitivity.levels", "even integer"),
     (('method = "sobol"', 'method = "sobol"\nlevels = 4'), "sensitivity.levels", "means nothing to sobol"),
     (('method = "sobol"', 'method = "sobol"\nbootstrap = 100'), "sensitivity.bootstrap", "unknown key"),
-    (("[parameters]\n", '[parameters]\n[axes]\nfail_beyond = { values = [1.0, 2.0] }\n'), "axes.fail_beyond",
-     "varies its drawn parameters alone"),
     (("[parameters]\n", '[axes]\nx3 = { values = [1.0, 2.0] }\n[parameters]\n'), "samples.parameters.x3",
      "also an axis in \\[axes\\]"),
     (("[parameters]\n", "[parameters]\nx2 = 1.0\n"), "samples.parameters.x2", "'x2' is also fixed"),
@@ -485,3 +483,41 @@ def test_a_samples_sweep_without_sensitivity_is_as_it_was(tmp_path):
     sweep = parse_sweep(text + f'[run]\nout = "{tmp_path / "c.zarr"}"\n')
     assert sweep.sensitivity is None and "sensitivity" not in sweep.canonical()["samples"]
     assert sweep.samples.points == 64
+
+
+def test_indices_at_each_grid_point_with_axes(tmp_path, capsys):
+    """[axes] beside [sensitivity]: the design solved at each grid point, the
+    indices of dims (output, parameter, *axes), each SALib's analyze of that
+    point's outputs (failed blocks dropped there alone); where nothing fails,
+    the indices of the same sweep without the axis, bit for bit."""
+    from SALib.analyze import sobol
+
+    n = 1 << 10
+    text = _sweep(tmp_path / "axes.zarr", n=n, outputs='["y", "linear"]', more='failed = "drop"',
+                  parameters="[axes]\nfail_beyond = { values = [10.0, 3.0] }")
+    text = text.replace("[parameters]\n[axes]", "[axes]")
+    report, ds = _run(text)
+    assert ds["S1"].dims == ("output", "parameter", "fail_beyond") and ds["S1"].shape == (2, 3, 2)
+    assert ds["points_dropped"].dims == ("output", "fail_beyond")
+    assert "at each of 2 grid points (2)" in report.sensitivity
+    _, alone = _run(_sweep(tmp_path / "alone.zarr", n=n, outputs='["y", "linear"]', more='failed = "drop"',
+                           parameters="fail_beyond = 10.0"))
+    for name in ("S1", "S1_conf", "ST", "ST_conf"):
+        np.testing.assert_array_equal(ds[name].sel(fail_beyond=10.0).values, alone[name].values)
+    assert int(ds["points_dropped"].sel(fail_beyond=10.0).sum()) == 0
+    # at fail_beyond = 3: the blocks holding a point with |x1| > 3 dropped, SALib's analyze on the rest
+    y = ds["y"].sel(fail_beyond=3.0).values
+    blocks = ~np.isfinite(y.reshape(n, 5)).all(axis=1)
+    assert blocks.any() and int(ds["points_dropped"].sel(output="y", fail_beyond=3.0)) == 5 * int(blocks.sum())
+    keep = np.repeat(~blocks, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        found = sobol.analyze(_problem(), y[keep], calc_second_order=False, num_resamples=100, conf_level=0.95,
+                              seed=np.random.default_rng(SEED))
+    for name in ("S1", "ST", "S1_conf", "ST_conf"):
+        np.testing.assert_array_equal(ds[name].sel(output="y", fail_beyond=3.0).values, found[name])
+    assert main(["sensitivity", report.path]) == 0
+    out = capsys.readouterr().out
+    assert "(indices at each point of fail_beyond[2]: their means over the grid" in out
+    assert main(["plot", report.path, "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "axes_sensitivity.png").stat().st_size > 10_000

@@ -62,8 +62,12 @@ def figure(ds):
     outputs = [str(v) for v in ds["output"].values]
     fig, axes = plt.subplots(len(outputs), 1, figsize=(7.5, 2.8 * len(outputs)), squeeze=False)
     level = f"{float(ds.attrs.get('sensitivity_confidence', 0.95)):.0%}"
+    grid = [d for d in ds["ST" if sobol else "mu_star"].dims if d not in ("output", "parameter")]
     for ax, output in zip(axes[:, 0], outputs, strict=True):
         one = ds.sel(output=output)
+        if grid:  # indices at each grid point: the bars their means over it
+            one = one[[n for n in ("S1", "S1_conf", "ST", "ST_conf", "mu_star", "mu_star_conf", "sigma")
+                       if n in one]].mean(grid)
         order = np.argsort(-(one["ST"] if sobol else one["mu_star"]).values, kind="stable")
         names = [str(ds["parameter"].values[j]) for j in order]
         x = np.arange(len(names))
@@ -80,7 +84,8 @@ def figure(ds):
         ax.set_xticks(x, names, rotation=45 if len(names) > 8 else 0, ha="right" if len(names) > 8 else "center")
         ax.axhline(0.0, color="black", linewidth=0.6)
         label = (ds[output].attrs.get("long_name") if output in ds else None) or readable(output)
-        ax.set_title(f"{label} ({level} intervals)", fontsize=10)
+        over = f", means over {', '.join(grid)}" if grid else ""
+        ax.set_title(f"{label} ({level} intervals{over})", fontsize=10)
         ax.legend(fontsize=8)
     fig.suptitle(ds.attrs.get("sensitivity", ""), fontsize=8)
     fig.tight_layout()

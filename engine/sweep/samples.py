@@ -252,9 +252,6 @@ def parse_samples(table: dict, study, axes_names, fixed_keys: dict, file,
         if name in fixed_keys:
             fail(key, f"{name!r} is also fixed ({fixed_keys[name]}); a drawn parameter cannot be fixed")
         _check_distribution(key, spec, known[name], fail)
-    if sensitivity is not None and axes_names:  # (one both drawn and an axis is named above, as such)
-        fail(f"axes.{next(iter(axes_names))}", "a sensitivity sweep varies its drawn parameters alone: fix this "
-             "one in [parameters] or draw it in [samples.parameters]")
     samples = Samples(method, n, seed, {name: {k: [float(a) for a in v] for k, v in spec.items()}
                                         for name, spec in drawn.items()}, sensitivity)
     for name, values in samples.draws.items():
