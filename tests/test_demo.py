@@ -68,8 +68,11 @@ def test_every_shipped_study_has_a_demo_sweep_and_figures():
 
 
 def test_rebound_demo_draws_its_figure(tmp_path, capsys):
-    """The rebound study's own demo: the table bounce by model against incoming spin."""
+    """The rebound study's own demos: the table bounce by model against incoming
+    spin, and its outgoing angle and spin under measurement uncertainty."""
     rebound = {"rebound": available_studies()["rebound"]}
     written = run_demo(tmp_path, executor="inline", studies=rebound)
-    assert [p.name for p in written] == ["rebound_spin_bounce.png"]
-    assert capsys.readouterr().out.splitlines()[0].startswith("rebound_spin: 363 points in ")
+    assert [p.name for p in written] == ["rebound_spin_bounce.png", "rebound_uncertainty_uncertainty.png"]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("rebound_spin: 363 points in ")
+    assert lines[1].startswith("rebound_uncertainty: 3,072 points in ")

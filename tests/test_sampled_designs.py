@@ -154,20 +154,6 @@ def test_a_grid_without_samples_keeps_its_config_hash():
     assert sweep.samples is None and "samples" not in sweep.canonical()
 
 
-@pytest.mark.parametrize("spec", [{"uniform": [-1.0, 1.0]}, {"uniform": [0.06, 0.1]}, {"uniform": [3, 7]},
-                                  {"normal": [0.3, 0.005]}, {"normal": [-2.0, 1.5]}])
-def test_the_fast_inverse_cdfs_are_scipys_bit_for_bit(spec):
-    """Uniform and normal draws are mapped with scipy's own arithmetic, not
-    through its per-value checks: the same values, the ends of (0, 1) included."""
-    from engine.sweep.samples import OPEN_EDGE, distribution, inverse_cdf
-
-    unit = np.concatenate([np.random.default_rng(3).random(10_000), [0.0, OPEN_EDGE, 0.5, 1.0 - 2**-53, 1.0]])
-    expected = distribution(spec).ppf(unit)
-    ends = ~np.isfinite(expected)  # a normal's 0 and 1: moved OPEN_EDGE into the interval
-    expected[ends] = distribution(spec).ppf(np.clip(unit[ends], OPEN_EDGE, 1.0 - OPEN_EDGE))
-    np.testing.assert_array_equal(inverse_cdf(spec, unit), expected)
-
-
 def test_validate_names_the_design_and_the_memory_its_draws_take(tmp_path, capsys):
     from engine.cli.commands import main
 
@@ -177,3 +163,54 @@ def test_validate_names_the_design_and_the_memory_its_draws_take(tmp_path, capsy
     out = capsys.readouterr().out
     assert "design           sobol design of 64 points, seed 1\n" in out, out
     assert f"draws            {2 * 64 * 2 * 8 / 2**20:,.1f} MiB in each process reading the sweep (2 parameters)" in out
+
+
+def test_plot_draws_the_band_of_a_sampled_cube(tmp_path, capsys):
+    """(sample, spin_ratio): the final displacement's median and 5-95% band
+    against the swept spin ratio; no grid figure of the sample index."""
+    from engine.cli.commands import main
+
+    path = tmp_path / "bands.zarr"
+    engine.run(parse_sweep(_text(path)), progress=False)
+    assert main(["plot", str(path), "--out", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.split() == [str(tmp_path / "bands_final_displacement.png")] and "Traceback" not in err
+    assert (tmp_path / "bands_final_displacement.png").stat().st_size > 10_000
+
+
+def test_plot_of_a_drawn_spin_ratio_draws_each_point_and_never_a_traceback(tmp_path, capsys):
+    """pingpong's figure code had raised KeyError on a cube whose spin ratio is
+    drawn (a coordinate along `sample`, not a dimension)."""
+    from engine.cli.commands import main
+
+    text = _text(tmp_path / "drawn.zarr").replace("n = 64", "n = 8").replace(
+        "[axes]\nspin_ratio = { values = [0.5, 1.0, 2.0] }\n", "").replace(
+        "initial_speed = { uniform = [0.8, 1.2] }", "spin_ratio = { uniform = [0.5, 2.0] }")
+    engine.run(parse_sweep(text), progress=False)
+    assert main(["plot", str(tmp_path / "drawn.zarr")]) == 0
+    out, err = capsys.readouterr()
+    assert out.split() == [str(tmp_path / "drawn_final_displacement.png")] and not err
+
+
+def test_a_study_figure_that_raises_on_a_sampled_cube_is_skipped_in_one_line(cube):
+    import types
+
+    import matplotlib.pyplot as plt
+
+    from engine.cube.sensitivity_figure import cube_figures
+
+    def figures(ds):
+        plt.figure()  # drawn before it raises: closed
+        return {"grid": ds.sizes["spin_ratio_not_here"]}
+
+    before = len(plt.get_fignums())
+    skipped = []
+    study = types.SimpleNamespace(name="broken", figures=figures)
+    assert cube_figures(cube, study, skipped) == {}
+    assert len(plt.get_fignums()) == before
+    assert skipped == ["study 'broken''s figures skipped: they do not draw a cube with dimensions (sample, spin_ratio) "
+                       "(KeyError: 'spin_ratio_not_here')"]
+    skipped.clear()
+    assert cube_figures(cube, types.SimpleNamespace(name="gridded", figures=lambda ds: {}), skipped) == {}
+    assert skipped == ["study 'gridded' has no figure of a cube with dimensions (sample, spin_ratio); its figures "
+                       "are of its grids"]

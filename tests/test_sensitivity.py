@@ -247,6 +247,51 @@ def test_morris_elementary_effects_of_a_linear_function_are_exact(tmp_path):
             np.testing.assert_array_equal(same[name], found[name])
 
 
+@pytest.mark.parametrize(("d", "n", "second_order", "seed"), [
+    (1, 2, False, 0), (3, 16, True, 1), (3, 64, False, 7), (5, 32, True, 12345), (25, 256, False, 1),
+    (25, 128, True, 3), (10, 1024, False, 2**31 - 1)])
+def test_the_vectorised_saltelli_design_is_salibs_bit_for_bit(d, n, second_order, seed):
+    """engine.sweep.sensitivity.saltelli_design builds SALib's `sobol.sample`
+    with whole-array operations: the same bits, row for row."""
+    from SALib.sample import sobol
+
+    from engine.sweep.sensitivity import saltelli_design, unit_problem
+
+    names = [f"p{i}" for i in range(d)]
+    salib = sobol.sample(unit_problem(names), n, calc_second_order=second_order, scramble=True, seed=seed)
+    ours = saltelli_design(d, n, second_order, seed)
+    assert ours.shape == salib.shape == (n * (2 * d + 2 if second_order else d + 2), d)
+    np.testing.assert_array_equal(ours.view(np.uint64), salib.view(np.uint64))
+
+
+@pytest.mark.parametrize("spec", [{"uniform": [0.06, 0.1]}, {"normal": [0.3, 0.005]}, {"lognormal": [0.1, 0.3]},
+                                  {"truncnormal": [0.3, 0.1, 0.2, 0.5]}, {"triangular": [0.0, 0.3, 1.0]},
+                                  {"triangular": [-1.0, -1.0, 2.0]}])
+def test_the_inverse_cdf_is_scipys_bit_for_bit(spec):
+    """The draws' inverse CDF skips scipy's per-element checks where every draw
+    is inside (0, 1), and takes scipy's own path where one is at an end."""
+    from engine.sweep.samples import distribution, inverse_cdf
+
+    law = distribution(spec)
+    unit = np.random.default_rng(5).random(10_000)
+    np.testing.assert_array_equal(inverse_cdf(spec, unit).view(np.uint64), law.ppf(unit).view(np.uint64))
+    unit[:2] = 0.0, 1.0
+    edged = inverse_cdf(spec, unit)
+    np.testing.assert_array_equal(edged[2:].view(np.uint64), law.ppf(unit[2:]).view(np.uint64))
+
+
+def test_a_design_is_drawn_once_in_a_process():
+    """Two Samples of one design share its draws (read-only), made once."""
+    table = {"x1": {"uniform": [0.0, 1.0]}, "x2": {"normal": [1.0, 0.5]}}
+    first = Samples("sobol", 64, 3, table, Sensitivity("sobol", ("y",)))
+    second = Samples("sobol", 64, 3, {k: dict(v) for k, v in table.items()}, Sensitivity("sobol", ("y",)))
+    assert second.draws["x2"] is first.draws["x2"] and second.unit is first.unit
+    assert not first.unit.flags.writeable and not first.draws["x1"].flags.writeable
+    assert second.canonical() == first.canonical()
+    other = Samples("sobol", 64, 4, table, Sensitivity("sobol", ("y",)))
+    assert not np.array_equal(other.unit, first.unit)
+
+
 def test_a_unit_draw_of_0_or_1_has_a_finite_value_under_an_unbounded_distribution():
     """Morris' grid holds both ends of [0, 1] as levels: a normal's inverse CDF
     there is -inf and inf, moved to 2^-53 from the end (mean -+ 8.2 sd)."""
@@ -402,8 +447,6 @@ def test_a_grid_cube_is_no_sensitivity_sweep(tmp_path, capsys):
     (('method = "sobol"', 'method = "morris"\nlevels = 3'), "sensitivity.levels", "even integer"),
     (('method = "sobol"', 'method = "sobol"\nlevels = 4'), "sensitivity.levels", "means nothing to sobol"),
     (('method = "sobol"', 'method = "sobol"\nbootstrap = 100'), "sensitivity.bootstrap", "unknown key"),
-    (("[parameters]\n", '[parameters]\n[axes]\nfail_beyond = { values = [1.0, 2.0] }\n'), "axes.fail_beyond",
-     "varies its drawn parameters alone"),
     (("[parameters]\n", '[axes]\nx3 = { values = [1.0, 2.0] }\n[parameters]\n'), "samples.parameters.x3",
      "also an axis in \\[axes\\]"),
     (("[parameters]\n", "[parameters]\nx2 = 1.0\n"), "samples.parameters.x2", "'x2' is also fixed"),
@@ -440,3 +483,41 @@ def test_a_samples_sweep_without_sensitivity_is_as_it_was(tmp_path):
     sweep = parse_sweep(text + f'[run]\nout = "{tmp_path / "c.zarr"}"\n')
     assert sweep.sensitivity is None and "sensitivity" not in sweep.canonical()["samples"]
     assert sweep.samples.points == 64
+
+
+def test_indices_at_each_grid_point_with_axes(tmp_path, capsys):
+    """[axes] beside [sensitivity]: the design solved at each grid point, the
+    indices of dims (output, parameter, *axes), each SALib's analyze of that
+    point's outputs (failed blocks dropped there alone); where nothing fails,
+    the indices of the same sweep without the axis, bit for bit."""
+    from SALib.analyze import sobol
+
+    n = 1 << 10
+    text = _sweep(tmp_path / "axes.zarr", n=n, outputs='["y", "linear"]', more='failed = "drop"',
+                  parameters="[axes]\nfail_beyond = { values = [10.0, 3.0] }")
+    text = text.replace("[parameters]\n[axes]", "[axes]")
+    report, ds = _run(text)
+    assert ds["S1"].dims == ("output", "parameter", "fail_beyond") and ds["S1"].shape == (2, 3, 2)
+    assert ds["points_dropped"].dims == ("output", "fail_beyond")
+    assert "at each of 2 grid points (2)" in report.sensitivity
+    _, alone = _run(_sweep(tmp_path / "alone.zarr", n=n, outputs='["y", "linear"]', more='failed = "drop"',
+                           parameters="fail_beyond = 10.0"))
+    for name in ("S1", "S1_conf", "ST", "ST_conf"):
+        np.testing.assert_array_equal(ds[name].sel(fail_beyond=10.0).values, alone[name].values)
+    assert int(ds["points_dropped"].sel(fail_beyond=10.0).sum()) == 0
+    # at fail_beyond = 3: the blocks holding a point with |x1| > 3 dropped, SALib's analyze on the rest
+    y = ds["y"].sel(fail_beyond=3.0).values
+    blocks = ~np.isfinite(y.reshape(n, 5)).all(axis=1)
+    assert blocks.any() and int(ds["points_dropped"].sel(output="y", fail_beyond=3.0)) == 5 * int(blocks.sum())
+    keep = np.repeat(~blocks, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        found = sobol.analyze(_problem(), y[keep], calc_second_order=False, num_resamples=100, conf_level=0.95,
+                              seed=np.random.default_rng(SEED))
+    for name in ("S1", "ST", "S1_conf", "ST_conf"):
+        np.testing.assert_array_equal(ds[name].sel(output="y", fail_beyond=3.0).values, found[name])
+    assert main(["sensitivity", report.path]) == 0
+    out = capsys.readouterr().out
+    assert "(indices at each point of fail_beyond[2]: their means over the grid" in out
+    assert main(["plot", report.path, "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "axes_sensitivity.png").stat().st_size > 10_000

@@ -1,6 +1,7 @@
 """`rollsweep plot`: a cube's standard figures as PNG files."""
 
 import pathlib
+import sys
 import tomllib
 
 import numpy as np
@@ -40,7 +41,10 @@ def plot_cube(path, out=None) -> list[pathlib.Path]:
                          ) from None
     from engine.cube.sensitivity_figure import cube_figures
 
-    figures = cube_figures(ds, study)
+    skipped = []
+    figures = cube_figures(ds, study, skipped)
+    for line in skipped:  # a study's figures that do not draw this cube: one line each, on stderr
+        print(f"{path}: {line}", file=sys.stderr)
     if not isinstance(figures, dict):
         raise StoreError(f"{path}: study {study.name!r}'s figures returned a {type(figures).__name__}, not a dict "
                          "of name -> matplotlib figure")

@@ -72,35 +72,49 @@ def analyse(cube: Cube) -> str:
         return recorded["line"]
     cube.markers.forget_sensitivity()  # from here until the record is written, the arrays are not the record's
     group = cube.group()
+    axes = sweep.axes[1:]  # besides the design's `sample`: the design solved again at each grid point
+    grid = tuple(len(a.values) for a in axes)
     status = np.asarray(group["status"][...])
-    values = {name: np.asarray(group[name][...], dtype="float64") for name in s.outputs}
+    points = status.shape[0]
+    values = {name: np.asarray(group[name][...], dtype="float64").reshape(points, -1) for name in s.outputs}
+    status = status.reshape(points, -1)
     failed = {name: (status != Status.SUCCESS) | ~np.isfinite(y) for name, y in values.items()}
-    counts = {name: int(bad.sum()) for name, bad in failed.items()}
-    points, d = len(status), len(sweep.samples.parameters)
+    counts = {name: bad.sum(axis=0).reshape(grid) for name, bad in failed.items()}
+    total = {name: int(c.sum()) for name, c in counts.items()}
+    d = len(sweep.samples.parameters)
     size = s.group_size(d)
-    if any(counts.values()) and s.failed == "refuse":
-        line = (f"not computed: {_failed_words(failed, points)}; failed = \"drop\" in [sensitivity] leaves out each "
-                f"failed point's {_group_words(s)[0]} ({size} points)")
-        return _record(cube, source, line, {}, {"sensitivity": line, "sensitivity_failed_points": counts})
-    kept = {name: ~bad.reshape(-1, size).any(axis=1) for name, bad in failed.items()}
-    short = [name for name, keep in kept.items() if keep.sum() < 2]
+    design_points = points * int(np.prod(grid))
+    if any(total.values()) and s.failed == "refuse":
+        line = (f"not computed: {_failed_words(failed, design_points)}; failed = \"drop\" in [sensitivity] leaves "
+                f"out each failed point's {_group_words(s)[0]} ({size} points)")
+        return _record(cube, source, line, {}, {"sensitivity": line, "sensitivity_failed_points": total})
+    # kept[name]: (groups, grid points), whether each group of the design is whole at each grid point
+    kept = {name: ~bad.reshape(points // size, size, -1).any(axis=1) for name, bad in failed.items()}
+    short = [name for name, keep in kept.items() if (keep.sum(axis=0) < 2).any()]
     if short:
-        line = (f"not computed: {_failed_words(failed, points)}, which leaves {short[0]} fewer than two "
-                f"{_group_words(s)[1]} without one")
-        return _record(cube, source, line, {}, {"sensitivity": line, "sensitivity_failed_points": counts})
+        line = (f"not computed: {_failed_words(failed, design_points)}, which leaves {short[0]} fewer than two "
+                f"{_group_words(s)[1]} without one" + (" at a grid point" if axes else ""))
+        return _record(cube, source, line, {}, {"sensitivity": line, "sensitivity_failed_points": total})
     unit = sweep.samples.unit
     indices, notes = {}, []
     for name in s.outputs:
-        keep = np.repeat(kept[name], size)
-        found, said = _salib(s, sweep.samples.parameters, unit[keep], values[name][keep], sweep.samples.seed)
-        indices[name] = found
-        notes += [f"{name}: {w}" for w in said]
-    dropped = {name: int(size * (~keep).sum()) for name, keep in kept.items()}
-    arrays = _arrays(s, list(sweep.samples.parameters), indices, counts, dropped)
-    line = _computed_words(s, sweep.samples, points, sum(dropped.values()))
+        at = []
+        for k in range(values[name].shape[1]):
+            keep = np.repeat(kept[name][:, k], size)
+            found, said = _salib(s, sweep.samples.parameters, unit[keep], values[name][keep, k], sweep.samples.seed)
+            at.append(found)
+            notes += [f"{name}: {w}" for w in said]
+        # each index with the grid's dimensions last: (parameter[, parameter_2], *grid)
+        indices[name] = {i: np.moveaxis(np.stack([f[i] for f in at]), 0, -1).reshape(at[0][i].shape + grid)
+                         for i in s.index_names()}
+    notes = list(dict.fromkeys(notes))
+    dropped = {name: (size * (~keep).sum(axis=0)).reshape(grid) for name, keep in kept.items()}
+    arrays = _arrays(s, list(sweep.samples.parameters), indices, counts, dropped, tuple(a.name for a in axes))
+    all_dropped = sum(int(v.sum()) for v in dropped.values())
+    line = _computed_words(s, sweep.samples, points, all_dropped, grid)
     attrs = {"sensitivity": line, "sensitivity_method": s.method, "sensitivity_N": sweep.samples.n,
              "sensitivity_seed": sweep.samples.seed, "sensitivity_failed": s.failed,
-             "sensitivity_points_dropped": sum(dropped.values()), "sensitivity_confidence": CONFIDENCE,
+             "sensitivity_points_dropped": all_dropped, "sensitivity_confidence": CONFIDENCE,
              "sensitivity_resamples": RESAMPLES, "sensitivity_salib": _salib_version(),
              **({"sensitivity_second_order": s.second_order} if s.method == "sobol" else
                 {"sensitivity_levels": s.levels}),
@@ -132,7 +146,8 @@ def _salib(s: Sensitivity, parameters, unit: np.ndarray, y: np.ndarray, seed: in
     return {name: np.asarray(found[name], dtype="float64") for name in names}, lines
 
 
-def _arrays(s: Sensitivity, parameters: list, indices: dict, counts: dict, dropped: dict) -> dict[str, Variable]:
+def _arrays(s: Sensitivity, parameters: list, indices: dict, counts: dict, dropped: dict,
+            axes: tuple[str, ...] = ()) -> dict[str, Variable]:
     outputs = list(s.outputs)
     arrays = {"output": _labels("output", outputs), "parameter": _labels("parameter", parameters)}
     if s.method == "sobol" and s.second_order:
@@ -140,11 +155,11 @@ def _arrays(s: Sensitivity, parameters: list, indices: dict, counts: dict, dropp
     for name in s.index_names():
         stacked = np.stack([indices[o][name] for o in outputs])
         dims = ("output", "parameter", "parameter_2") if name in SECOND_ORDER else ("output", "parameter")
-        arrays[name] = Variable(dims, stacked.shape, "float64", _attrs(name, s), values=stacked)
+        arrays[name] = Variable(dims + axes, stacked.shape, "float64", _attrs(name, s), values=stacked)
     for name, by_output in zip(COUNTS, (counts, dropped), strict=True):
-        values = np.array([by_output[o] for o in outputs], dtype="int64")
+        values = np.stack([np.asarray(by_output[o], dtype="int64") for o in outputs])
         long_name, description = DESCRIBED[name]
-        arrays[name] = Variable(("output",), values.shape, "int64",
+        arrays[name] = Variable(("output",) + axes, values.shape, "int64",
                                 {"long_name": long_name, "description": description}, values=values)
     return arrays
 
@@ -210,7 +225,7 @@ def index_problems(cube: Cube, recorded: dict | None = None, group=None) -> list
 
 
 def _failed_words(failed: dict, points: int) -> str:
-    """e.g. "12 of 81,920 points failed (y: 12, gappy: 40)"."""
+    """e.g. "12 of 81,920 points failed (y: 12, gappy: 40)" (points: the design's at every grid point)."""
     anywhere = int(np.logical_or.reduce(list(failed.values())).sum())
     each = ", ".join(f"{name}: {int(bad.sum()):,}" for name, bad in failed.items())
     return f"{anywhere:,} of {points:,} points failed or are not finite ({each})"
@@ -221,11 +236,12 @@ def _group_words(s: Sensitivity) -> tuple[str, str]:
     return ("trajectory", "trajectories") if s.method == "morris" else ("base sample's block", "blocks")
 
 
-def _computed_words(s: Sensitivity, samples, points: int, dropped: int) -> str:
+def _computed_words(s: Sensitivity, samples, points: int, dropped: int, grid: tuple = ()) -> str:
     base = "base samples" if s.method == "sobol" else "trajectories"
     dropped_words = f"{dropped:,} points dropped" if dropped else "no point dropped"
+    at = f" at each of {int(np.prod(grid)):,} grid points ({' x '.join(map(str, grid))})" if grid else ""
     return (f"{s.method} indices of {len(s.outputs)} output{'s' * (len(s.outputs) != 1)} over "
-            f"{len(samples.parameters)} parameters: N = {samples.n:,} {base} ({points:,} points), seed "
+            f"{len(samples.parameters)} parameters{at}: N = {samples.n:,} {base} ({points:,} points), seed "
             f"{samples.seed}, {dropped_words}")
 
 

@@ -61,7 +61,15 @@ def ranking(path) -> str:
     parameters = [str(v) for v in group["parameter"][...]]
     s = cube.sweep.sensitivity
     read = {name: np.asarray(group[name][...]) for name in s.index_names() + ("points_dropped",)}
+    axes = cube.sweep.axes[1:]
     lines = [f"{path}: {found.line}"]
+    if axes:  # indices at each grid point: ranked by their mean over the grid
+        lines.append(f"(indices at each point of {' x '.join(f'{a.name}[{len(a.values)}]' for a in axes)}: "
+                     "their means over the grid, and the points dropped in all)")
+        keep = {"S2": 3, "S2_conf": 3}
+        read = {name: (values.sum(axis=tuple(range(1, values.ndim))) if name == "points_dropped" else
+                       values.mean(axis=tuple(range(keep.get(name, 2), values.ndim))))
+                for name, values in read.items()}
     conf = f"±{int(round(100 * float(cube.attrs.get('sensitivity_confidence', 0.95))))}%"
     for i, output in enumerate(outputs):
         dropped = int(read["points_dropped"][i])

@@ -8,6 +8,9 @@ import numpy as np
 
 from engine.cube.plot import axis_label, label_of, scale_axes
 
+# A sampled design's dimension (engine.sweep.samples.SAMPLE).
+SAMPLE = "sample"
+
 
 def _declared():
     from ._response import RESPONSE_OUTPUTS, RESPONSE_PARAMETERS
@@ -75,9 +78,52 @@ def figures(ds) -> dict:
     found = {}
     if "eigenvalue_real" in ds and ds["eigenvalue_real"].dims == ("v", "mode"):
         found["eigenvalues"] = _eigen_speed(ds)
-    if "stable_speed_width" in ds and ds["stable_speed_width"].ndim >= 2:
+    if "eigenvalue_real" in ds and ds["eigenvalue_real"].dims == (SAMPLE, "v", "mode"):
+        found["eigenvalue_bands"] = _eigen_bands(ds)
+    # A design map is of two design axes (a sampled design's index is none).
+    width = ds["stable_speed_width"] if "stable_speed_width" in ds else None
+    if width is not None and width.ndim >= 2 and SAMPLE not in width.dims:
         found["design_map"] = _design_map(ds)
     return found
+
+
+def _eigen_bands(ds):
+    """The eigenvalues against speed of a sampled set of designs: each mode's
+    median real part and the band of 5-95% of the designs (the weave's |Im|
+    dashed); the weave and capsize speeds' 5-95% ranges shaded."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5), constrained_layout=True)
+    v = ds["v"].values
+    n = ds.sizes[SAMPLE]
+
+    def band(values, color, label, ls="-"):
+        low, median, high = np.nanpercentile(values, [5, 50, 95], axis=0)
+        ax.fill_between(v, low, high, color=color, alpha=0.25, lw=0)
+        ax.plot(v, median, color=color, ls=ls, label=label)
+
+    for mode in ds["mode"].values:
+        if mode == "weave_conjugate":  # the weave's real part again
+            continue
+        real = ds["eigenvalue_real"].sel(mode=mode).transpose(SAMPLE, "v").values
+        band(real, _STYLE.get(str(mode)), rf"{mode} $\mathrm{{Re}}\,\lambda$")
+    imag = np.abs(ds["eigenvalue_imag"].sel(mode="weave").transpose(SAMPLE, "v").values)
+    band(imag, _STYLE["weave"], r"weave $|\mathrm{Im}\,\lambda|$", ls="--")
+    for name, color, symbol in (("weave_speed", "C0", "v_w"), ("capsize_speed", "C1", "v_c")):
+        if name not in ds:
+            continue
+        speeds = ds[name].values.ravel()
+        speeds = speeds[np.isfinite(speeds)]
+        if speeds.size:
+            low, high = np.percentile(speeds, [5, 95])
+            ax.axvspan(low, high, color=color, alpha=0.12, lw=0, label=f"${symbol}$: {low:.2f}-{high:.2f} m/s")
+    ax.axhline(0, color="k", lw=0.6)
+    ax.set_ylim(-10, 10)
+    scale_axes(ax, ds, x="v")
+    ax.set_xlabel(axis_label(ds, "v", _declared()))
+    ax.set_ylabel(r"eigenvalue $\lambda$ [1/s]")
+    ax.set_title(f"Eigenvalues against speed of {n:,} drawn designs: median, 5-95% band", fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+    return fig
 
 
 def response_figures(ds) -> dict:

@@ -8,6 +8,9 @@ import numpy as np
 
 from engine.cube.plot import axis_label, label_of, scale_axes
 
+# A sampled design's dimension (engine.sweep.samples.SAMPLE; not imported: figures import little).
+SAMPLE = "sample"
+
 
 def _declared():
     from ._study import OUTPUTS, PARAMETERS  # here: _study imports this module
@@ -105,7 +108,11 @@ def _trajectories(ds):
     worst = [0.0, 0.0]
     for colour, i in enumerate(chosen):
         index = np.unravel_index(i, shape)
-        at = {name: float(ds[name].values[k]) for name, k in zip(axes, index, strict=True)}
+        at = {name: float(ds[name].values[k]) for name, k in zip(axes, index, strict=True) if name != SAMPLE}
+        if SAMPLE in axes:  # a sampled design's point: its drawn values, coordinates along the sample dimension
+            k = index[axes.index(SAMPLE)]
+            at |= {str(name): float(c.values[k]) for name, c in ds.coords.items()
+                   if c.dims == (SAMPLE,) and name != SAMPLE}
         label = ", ".join(f"{label_of(name, _declared())} = {v:g}" for name, v in at.items())
         exact = np.array([closed_form.centre(t, fixed | at) for t in times])
         for k, (panel, values) in enumerate(((top, x[i]), (bottom, speed[i]))):
@@ -125,15 +132,50 @@ def _trajectories(ds):
 
 
 def figures(ds) -> dict:
-    """The study's standard figures for whatever cube `ds` holds."""
+    """The study's standard figures for whatever cube `ds` holds. A sampled
+    design's `sample` dimension is no grid axis: a drawn spin ratio is a
+    coordinate along it (the final displacement against it, point by point),
+    and a swept spin ratio with drawn inputs gives a band (median, 5-95%)."""
     dims = ds["final_displacement"].dims
+    grid = tuple(d for d in dims if d != SAMPLE)
     found = {}
-    if dims == ("spin_ratio",) or (len(dims) >= 1 and ds.sizes["spin_ratio"] > 1 and len(dims) == 1):
+    if SAMPLE in dims:
+        if "spin_ratio" in ds and (grid == ("spin_ratio",) or (not grid and ds["spin_ratio"].dims == (SAMPLE,))):
+            found["final_displacement"] = _final_vs_spin_sampled(ds)
+    elif dims == ("spin_ratio",) or (len(dims) == 1 and ds.sizes.get("spin_ratio", 0) > 1):
         found["final_displacement"] = _final_vs_spin(ds)
-    if len(dims) == 2 and "spin_ratio" in dims:
+    if len(dims) == 2 and "spin_ratio" in dims and SAMPLE not in dims:
         found["boundary"] = _boundary_map(ds)
-    if "critical_spin_ratio" in ds and ds["critical_spin_ratio"].ndim >= 1:
+    critical = ds["critical_spin_ratio"] if "critical_spin_ratio" in ds else None
+    if critical is not None and critical.ndim >= 1 and SAMPLE not in critical.dims:
         found["critical_spin_ratio"] = _critical_map(ds)
     if "x" in ds and "x_dot" in ds:
         found["trajectories"] = _trajectories(ds)
     return found
+
+
+def _final_vs_spin_sampled(ds):
+    """A sampled design's final displacements against the spin ratio: each
+    point where the spin ratio is drawn; where it is an axis, the median and
+    the 5-95% band of the drawn points at each spin ratio."""
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
+    x = ds["final_displacement"]
+    drawn = [str(n) for n, c in ds.coords.items() if c.dims == (SAMPLE,) and n != SAMPLE]
+    words = ", ".join(label_of(n, _declared()) for n in drawn) or "the drawn inputs"
+    if "spin_ratio" in x.dims:
+        x = x.transpose("spin_ratio", SAMPLE).values
+        q = ds["spin_ratio"].values
+        low, median, high = np.nanpercentile(x, [5, 50, 95], axis=1)
+        ax.fill_between(q, low, high, alpha=0.3, label="5-95% of the drawn points")
+        ax.plot(q, median, lw=1.5, label="median")
+        ax.legend(fontsize=8)
+        ax.set_title(f"Final displacement against spin ratio, {ds.sizes[SAMPLE]:,} draws of {words}", fontsize=10)
+    else:
+        ax.plot(ds["spin_ratio"].values, x.values, ".", ms=3)
+        ax.set_title(f"Final displacement at {ds.sizes[SAMPLE]:,} drawn points ({words})", fontsize=10)
+    ax.axhline(0, color="0.5", lw=0.8)
+    ax.set_xlabel(axis_label(ds, "spin_ratio", _declared()))
+    ax.set_ylabel(axis_label(ds, "final_displacement", _declared()))
+    ax.grid(alpha=0.3)
+    return fig

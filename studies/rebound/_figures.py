@@ -10,6 +10,9 @@ from engine.cube.plot import axis_label, scale_axes
 
 from ._bounce import MODEL_NAMES
 
+# A sampled design's dimension (engine.sweep.samples.SAMPLE).
+SAMPLE = "sample"
+
 # The outcomes of a landing, by code, and how the landing map colours them.
 _OUTCOMES = ((1, "in (far half)", "tab:green"), (2, "net fault", "tab:red"), (3, "out (off the table)", "tab:gray"),
              (4, "second bounce on the near half", "tab:orange"))
@@ -54,6 +57,8 @@ def bounce_figures(ds) -> dict:
     """Outgoing velocity and spin of each model along one swept parameter (the
     demo's incoming spin wy), with where the ball leaves rolling shaded."""
     import matplotlib.pyplot as plt
+    if SAMPLE in ds["out_angle"].dims:
+        return _uncertainty(ds)
     along = [d for d in ds["out_vx"].dims if d != "model"]
     if "model" not in ds.dims or len(along) != 1:
         return {}
@@ -69,6 +74,33 @@ def bounce_figures(ds) -> dict:
     axes[0].legend(fontsize=7)
     fig.suptitle("Table bounce by model: outgoing vx and wy (shaded: the ball leaves rolling)", fontsize=10)
     return {"bounce": fig}
+
+
+def _uncertainty(ds) -> dict:
+    """A sampled design's outgoing angle and spin (x, y): each model's histogram
+    over the drawn incoming velocities and spins, its mean and standard
+    deviation in the legend; beside any other axis a band (median, 5-95%)."""
+    import matplotlib.pyplot as plt
+    names = [n for n in ("out_angle", "out_wx", "out_wy") if n in ds]
+    other = [d for d in ds["out_angle"].dims if d not in (SAMPLE, "model")]
+    if not names or other:
+        return {}
+    models = [int(m) for m in ds["model"].values] if "model" in ds["out_angle"].dims else [None]
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.8), constrained_layout=True, squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        for k, model in enumerate(models):
+            values = (ds[name] if model is None else ds[name].sel(model=model)).values
+            values = values[np.isfinite(values)]
+            label = "" if model is None else MODEL_NAMES[model] + ": "
+            ax.hist(values, bins=40, alpha=0.55, color=f"C{k}",
+                    label=f"{label}{values.mean():.2f} $\\pm$ {values.std(ddof=1):.2f}")
+        ax.set_xlabel(axis_label(ds, name, _declared("rebound")))
+        ax.set_ylabel("drawn points")
+        ax.legend(fontsize=7, title="mean $\\pm$ sd", title_fontsize=7)
+    drawn = [str(n) for n, c in ds.coords.items() if c.dims == (SAMPLE,) and n != SAMPLE]
+    fig.suptitle(f"Outgoing angle and spin under the inputs' uncertainty: {ds.sizes[SAMPLE]:,} draws of "
+                 f"{', '.join(drawn)}", fontsize=10)
+    return {"uncertainty": fig}
 
 
 def table1_figures(ds) -> dict:

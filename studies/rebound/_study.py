@@ -208,7 +208,7 @@ REBOUND = Study(
     outputs=_bounce_outputs(),
     solve_point=solve_rebound,
     figures=bounce_figures,
-    demo_configs={"rebound_spin": _DEMOS["rebound_spin"]},
+    demo_configs={name: _DEMOS[name] for name in ("rebound_spin", "rebound_uncertainty")},
     batch_size=CLOSED_FORM_BATCH,
 )
 
