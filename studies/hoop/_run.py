@@ -77,8 +77,12 @@ def run_fixed(q, times=None):
     have reached. (Interpolating the step's ends linearly would put an error
     of h^2 |X''| / 8 into every sample, residuals included: ~1e-9 in the
     energy at h = 1e-5, as large as the steady residuals the samples show.)
-    The side step is discarded: the run goes on from step k's end exactly as
-    without samples, so every other output is the same bit for bit. Samples
+    The side step is discarded: the run goes on from step k's end, taking the
+    steps it takes without samples, so every other output is the same (to
+    rounding: XLA compiles the loops anew around the pauses; measured bit for
+    bit in calls of 8 points, 9e-11 relative in a residual maximum of an
+    800,000-step run in calls of one). A sweep without samples runs the loops
+    as before samples existed: its cube is unchanged bit for bit. Samples
     after the run's end (t > n h) are NaN.
     """
     dtype = q["step"].dtype
