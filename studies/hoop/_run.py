@@ -75,8 +75,9 @@ def run_fixed(q, times=None):
     is that step's state, to rounding): the RK2 solution at t itself, to the
     method's own order, with its residuals those of a state the run could
     have reached. (Interpolating the step's ends linearly would put an error
-    of h^2 |X''| / 8 into every sample, residuals included: ~1e-9 in the
-    energy at h = 1e-5, as large as the steady residuals the samples show.)
+    of up to h^2 |X''| / 8 into every sample, residuals included: estimated
+    ~1e-9 in the energy f2 at h = 1e-5, as large as the steady residuals the
+    samples are to show; not measured.)
     The side step is discarded: the run goes on from step k's end, taking the
     steps it takes without samples, so every other output is the same (to
     rounding: XLA compiles the loops anew around the pauses; measured bit for
