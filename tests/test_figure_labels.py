@@ -28,11 +28,13 @@ STUDIES = ("pingpong", "bicycle", "bicycle_response", "hoop", "rebound", "reboun
 GREEK = re.compile(r"\b(alpha|beta|gamma|delta|epsilon|theta\w*|lambda|lam|mu|nu|pi|rho|sigma|phi|psi|omega)\b")
 MATH = re.compile(r"(?<!\\)\$.*?(?<!\\)\$")
 HOOP_TRANSIENT = """study = "hoop"
-outputs = ["max_residual", "residual_history"]
+outputs = ["max_residual", "residual", "contact_x", "contact_z"]
 [parameters]
 duration = 1.0
 [axes]
 stabilization = { values = [0.0, 10.0] }
+[save]
+times = { linspace = [0.0, 1.0, 11] }
 """
 
 

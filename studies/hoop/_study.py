@@ -5,11 +5,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine import Constraint, Interval, Output, Parameter, PointResult, Status, Study, demo_configs
+from engine import TIME, Constraint, Interval, Output, Parameter, PointResult, Status, Study, demo_configs
 
 from ._figures import figures
+from ._model import reference_energy, residuals
 from ._profile import admissible, reference
-from ._run import HISTORY, run_adaptive, run_fixed
+from ._run import run_adaptive, run_fixed
 
 PARAMETERS = (
     Parameter("mass", "1", 1.0, Interval(0.0, 1e3, lower_open=True), "hoop mass (dimensionless units)", "M",
@@ -63,13 +64,20 @@ OUTPUTS = (
            label=r"reference $x_\mathrm{left}$ (quadrature)"),
     Output("turn_right_reference", "1", "right turning centre x by quadrature",
            label=r"reference $x_\mathrm{right}$ (quadrature)"),
-    Output("residual_history", "1", f"f1..f4 at {HISTORY + 1} evenly spaced times over the run (RK2 only)",
-           (("sample", HISTORY + 1), ("constraint", _F)), optional=True, label=r"residual $f_i$"),
+    # At the sweep's sample times ([save] times; the study's default below), on
+    # either solver; NaN after the run's end (t > duration).
+    Output("residual", "1", "f1..f4 at the sample times (NaN after the run's end)", (("constraint", _F), TIME),
+           label=r"residual $f_i$"),
+    Output("contact_x", "1", "contact point x_a = x + r cos(alpha) at the sample times",
+           dims=(TIME,), label=r"contact point $x_a$"),
+    Output("contact_z", "1", "contact point z_a = z + r sin(alpha) at the sample times (on the track: p(x_a))",
+           dims=(TIME,), label=r"contact point $z_a$"),
 )
 
 
 def solve_point(q, settings):
-    fixed = run_fixed(q)
+    times = jnp.asarray(settings.save_times, q["step"].dtype) if settings.save_times else None
+    fixed = run_fixed(q, times)
     # The adaptive path runs only if some lane of the batch asks for it (step = 0):
     # an unbatched predicate, so a fixed-step sweep never pays for it.
     adaptive = jax.lax.cond(eqxi.unvmap_any(q["step"] == 0), lambda: run_adaptive(q, settings), lambda: fixed)
@@ -87,8 +95,13 @@ def solve_point(q, settings):
         "period_reference": period_ref,
         "turn_left_reference": left_ref,
         "turn_right_reference": right_ref,
-        "residual_history": out["history"],
     }
+    if times is not None:  # the sweep samples times: the states there, from either solver
+        samples = out["samples"]
+        energy0 = reference_energy(q)
+        outputs["residual"] = jax.vmap(lambda X: residuals(X, q, energy0), out_axes=1)(samples)
+        outputs["contact_x"] = samples[:, 0] + q["radius"] * jnp.cos(samples[:, 6])
+        outputs["contact_z"] = samples[:, 1] + q["radius"] * jnp.sin(samples[:, 6])
     status = jnp.where(jnp.all(jnp.isfinite(out["X"])), out["status"], jnp.int8(Status.NONFINITE)).astype(jnp.int8)
     return PointResult(outputs, status, out["steps"].astype(jnp.int32), jnp.asarray(0, jnp.int32))
 
@@ -105,6 +118,9 @@ STUDY = Study(
     figures=figures,
     demo_configs=demo_configs(__package__),
     constraints=CONSTRAINTS,
+    # Sample times of residual, contact_x and contact_z where a sweep selects one
+    # and gives no [save] times: the default run's 10 time units.
+    save_times={"linspace": [0.0, 10.0, 201]},
     # A call's cost is mostly XLA's fixed cost per kernel of each step (~25 of them)
     # up to a few dozen points: 64 points cost about what 16 do, and a shard of the
     # study's sweeps (35 points, configs/hoop_profiles.toml) is one call. Measured
