@@ -12,7 +12,7 @@ SOLVERS: dict[str, BatchSolver] = {s.name: s for s in (VmappedSolver(), LanesSol
 
 # The solvers that write a point's states at a sweep's sample times (`[save]
 # times`): the plan's choice for a sweep with samples.
-SAMPLING_SOLVERS = ("vmapped",)
+SAMPLING_SOLVERS = ("lanes", "vmapped")
 
 
 def writes_no_samples(solver: str) -> str:
@@ -88,7 +88,9 @@ def make_plan(
     vectors (see engine.solve.base.VECTOR).
     """
     device = device or solving_device(study, points, detect(), detect("cpu"))
-    name = solver or (SAMPLING_SOLVERS[0] if sampled else default_solver(study, device))
+    name = solver or default_solver(study, device)
+    if sampled and not solver and name not in SAMPLING_SOLVERS:  # the fused kernel writes none yet
+        name = "vmapped"
     if name not in SOLVERS:
         raise ValueError(f"unknown batch solver {name!r} (known: {', '.join(SOLVERS)})")
     if sampled and name not in SAMPLING_SOLVERS:

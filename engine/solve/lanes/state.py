@@ -55,6 +55,10 @@ class _Lane(PytreeDataclass):
     # parked at a crossing inside the step [t, t + span], waiting to locate it
     locating: jax.Array
     span: jax.Array
+    # where the sweep samples times ([save] times): the sample times of the
+    # point handled so far (written, or before its start), an index into the
+    # times; None without samples (no leaf)
+    sampled: jax.Array | None = None
 
 
 class _Search(PytreeDataclass):
@@ -70,6 +74,23 @@ class _Search(PytreeDataclass):
     creeping: jax.Array  # converged but short of the crossing: stepping forward
     tries: jax.Array
     located: jax.Array  # located and recorded: ends or goes on after the loop
+    # where the sweep samples times: the step whose dense output the lane's
+    # samples are read from after the search (the step taken again when no
+    # crossing is found, or the re-step that ends at the located crossing)
+    sample_step: "_Step | None" = None
+
+
+class _Step(PytreeDataclass):
+    """An accepted step of the lanes [t0, t1] from y0 to y1 with its stages
+    (the vector field at each), for its dense output; `taken` where a lane
+    took it."""
+
+    t0: jax.Array
+    t1: jax.Array
+    y0: jax.Array
+    y1: jax.Array
+    stages: list
+    taken: jax.Array
 
 
 class _Plan(PytreeDataclass):

@@ -1,0 +1,91 @@
+"""A step's dense output on lane-last arrays: the state at a time inside an
+accepted step, from the step's start, end and stages, as diffrax's
+interpolation of the same step (what SaveAt(ts) reads for the vmapped solver).
+
+Tsit5 and Dopri5 are written out elementwise over the lanes (diffrax's
+polynomials, its coefficients; the stages added in order, so a lane's sample
+rounds alike on whichever lane and at whichever width it runs). Any other
+solver's interpolation is diffrax's own, vmapped over the lanes.
+"""
+
+import jax.numpy as jnp
+
+from engine.solve.lanes.rows import _per_lane
+
+
+def _theta(t0, t1, t):
+    """(t - t0) / (t1 - t0), 0 on a step of length zero (diffrax's linear_rescale)."""
+    same = t0 == t1
+    return jnp.where(same, 0, t - t0) / jnp.where(same, 1, t1 - t0)
+
+
+def _tsit5_weights(t):
+    """diffrax's _Tsit5Interpolation.evaluate: the weights of the seven h k's."""
+    return [
+        -1.0530884977290216 * t * (t - 1.3299890189751412) * (t**2 - 1.4364028541716351 * t + 0.7139816917074209),
+        0.1017 * t**2 * (t**2 - 2.1966568338249754 * t + 1.2949852507374631),
+        2.490627285651252793 * t**2 * (t**2 - 2.38535645472061657 * t + 1.57803468208092486),
+        -16.54810288924490272 * (t - 1.21712927295533244) * (t - 0.61620406037800089) * t**2,
+        47.37952196281928122 * (t - 1.203071208372362603) * (t - 0.658047292653547382) * t**2,
+        -34.87065786149660974 * (t - 1.2) * (t - 0.666666666666666667) * t**2,
+        2.5 * (t - 1) * (t - 0.6) * t**2,
+    ]
+
+
+def _tsit5(t0, t1, y0, y1, hk, t):
+    del y1
+    weights = _tsit5_weights(_theta(t0, t1, t))
+    total = weights[0] * hk[0]
+    for w, k in zip(weights[1:], hk[1:], strict=True):
+        total = total + w * k
+    return y0 + total
+
+
+def _dopri5(t0, t1, y0, y1, hk, t):
+    """diffrax's FourthOrderPolynomialInterpolation with Dopri5's midpoint
+    weights: the quartic through y0, y1, the slopes at both ends and the
+    midpoint, by Horner's rule (jnp.polyval)."""
+    import diffrax
+
+    c_mid = diffrax.Dopri5.interpolation_cls.c_mid
+    mid = 0
+    for c, k in zip(c_mid, hk, strict=True):
+        if c != 0:
+            mid = mid + float(c) * k
+    y_mid = y0 + mid
+    f0, f1 = hk[0], hk[-1]
+    a = 2 * (f1 - f0) - 8 * (y1 + y0) + 16 * y_mid
+    b = 5 * f0 - 3 * f1 + 18 * y0 + 14 * y1 - 32 * y_mid
+    c = f1 - 4 * f0 - 11 * y0 - 5 * y1 + 16 * y_mid
+    theta = _theta(t0, t1, t)
+    value = jnp.zeros_like(y0)
+    for coefficient in (a, b, c, f0, y0):
+        value = value * theta + coefficient
+    return value
+
+
+def _diffrax(solver: str):
+    import diffrax
+
+    cls = getattr(diffrax, solver).interpolation_cls
+
+    def one(t0, t1, y0, y1, hk, t):
+        return cls(t0=t0, t1=t1, y0=y0, y1=y1, k=hk).evaluate(t)
+
+    def lanes(t0, t1, y0, y1, hk, t):
+        return _per_lane(one)(t0, t1, y0, y1, jnp.stack(hk), t)
+
+    return lanes
+
+
+def interpolation(solver: str):
+    """interpolate(t0, t1, y0, y1, stages, t): the states at times t (lanes,)
+    inside the lanes' steps [t0, t1] from y0 to y1 with these stages (the
+    vector field at each, a (components, lanes) array each)."""
+    evaluate = {"Tsit5": _tsit5, "Dopri5": _dopri5}.get(solver) or _diffrax(solver)
+
+    def interpolate(t0, t1, y0, y1, stages, t):
+        h = t1 - t0
+        return evaluate(t0, t1, y0, y1, [h * k for k in stages], t)
+
+    return interpolate
