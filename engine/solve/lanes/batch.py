@@ -13,6 +13,7 @@ from engine.solve.lanes.state import (
     _FLUSH_SHARE,
     _IDLE,
     _LOCATE_SHARE,
+    _SAMPLES_A_PASS,
     _TAIL_SHARE,
     KEPT_LOG_ROWS,
     _end,
@@ -79,9 +80,10 @@ class _Results(PytreeDataclass):
 
     out: object
     log: dict
-    # where the sweep samples times: {saved_y: (times, state, columns),
-    # saved_mode: (times, columns)}, a column a point or a lane as the log;
-    # None without samples
+    # where the sweep samples times: {saved_y: (columns, times, state),
+    # saved_mode: (columns, times)}, a column a point or a lane as the log
+    # (columns first: a sample's state is contiguous, which the writes of
+    # single samples need); None without samples
     saved: dict | None = None
 
 
@@ -184,8 +186,8 @@ class _Batch:
             shapes = jax.eval_shape(self.finish, self.one_row(), blank)
             out = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape + (n,), a.dtype), shapes)
         saved = None if times is None else {
-            "saved_y": jnp.full((len(times), self.n_state, columns), jnp.nan, self.dtype),
-            "saved_mode": jnp.full((len(times), columns), -1, jnp.int32),
+            "saved_y": jnp.full((columns, len(times), self.n_state), jnp.nan, self.dtype),
+            "saved_mode": jnp.full((columns, len(times)), -1, jnp.int32),
         }
         return _Results(out=out, log={
             name: jnp.full(getattr(blank, name).shape + (columns,), _BLANK[name], getattr(blank, name).dtype)
@@ -197,10 +199,10 @@ class _Batch:
 
     def results_of(self, results: _Results):
         """Every point's finished results, points first."""
-        points_first = jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, -1, 0), results)
+        points_first = jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, -1, 0), replace(results, saved=None))
         if not self.finish_at_end:
             return points_first.out
-        saved = {} if points_first.saved is None else {**points_first.saved, "saved_t": self.saved_times((self.n,))}
+        saved = {} if results.saved is None else {**results.saved, "saved_t": self.saved_times((self.n,))}
         solutions = HybridSolution(**points_first.out, **points_first.log, **saved)
         return jax.vmap(self.finish)(self.inputs, solutions)
 
@@ -289,8 +291,9 @@ class _Batch:
             written = (index >= self.machine.first_sample) & (index < lane.sampled)
             saved = {
                 "saved_t": jnp.moveaxis(self.saved_times(lane.sampled.shape), 0, -1),
-                "saved_y": jnp.where(written[:, None], results.saved["saved_y"][..., lane.slot], jnp.nan),
-                "saved_mode": jnp.where(written, results.saved["saved_mode"][..., lane.slot], -1),
+                "saved_y": jnp.where(written[:, None], jnp.moveaxis(results.saved["saved_y"][lane.slot], 0, -1),
+                                     jnp.nan),
+                "saved_mode": jnp.where(written, results.saved["saved_mode"][lane.slot].T, -1),
             }
         return HybridSolution(**_end(lane), **{name: column(name) for name in EVENT_LOG}, **saved)
 
@@ -298,12 +301,14 @@ class _Batch:
         """The lanes' samples in the steps they took (`step.taken`): at the
         sample times in [t0, t1) from the step's dense output, and at t1 itself
         the final state `y_end` where the point `ends` there. A lane writes its
-        samples in order, one a loop iteration (the loop runs as many times as
-        the lane with the most samples in its step needs)."""
+        samples in order, up to _SAMPLES_A_PASS a pass (the loop runs as many
+        passes as the lane with the most samples in its step needs)."""
         times = jnp.asarray(self.machine.times, self.dtype)
         last = times.shape[0] - 1
         own = lane.point if self.finish_at_end else lane.slot
         width = own.shape[0]
+        ahead = jnp.arange(_SAMPLES_A_PASS, dtype=jnp.int32)[:, None]
+        spare = self.columns + jnp.arange(_SAMPLES_A_PASS * width, dtype=own.dtype).reshape(-1, width)
 
         def due(sampled):
             at = times[jnp.minimum(sampled, last)]
@@ -311,16 +316,19 @@ class _Batch:
 
         def one(carry):
             saved, sampled = carry
-            writes = due(sampled)
-            row = jnp.minimum(sampled, last)
-            at = times[row]
-            y = self.machine.interpolate(step.t0, step.t1, step.y0, step.y1, step.stages, at)
-            y = jnp.where(ends & (at == step.t1), y_end, y)
-            column = jnp.where(writes & (lane.point < self.n), own, self.columns + jnp.arange(width, dtype=own.dtype))
+            rows = jnp.minimum(sampled + ahead, last)  # (samples, lanes)
+            writes = due(sampled + ahead)  # true for a lane's first few (the times are sorted)
+            at = times[rows]
+            at_end = ends & (at == step.t1)
+            y = jnp.stack([jnp.where(at_end[j], y_end, self.machine.interpolate(
+                step.t0, step.t1, step.y0, step.y1, step.stages, at[j])) for j in range(_SAMPLES_A_PASS)])
+            column = jnp.where(writes & (lane.point < self.n), own, spare)
             return {
-                "saved_y": saved["saved_y"].at[row, :, column].set(y.T, mode="drop", unique_indices=True),
-                "saved_mode": saved["saved_mode"].at[row, column].set(mode, mode="drop", unique_indices=True),
-            }, sampled + writes.astype(sampled.dtype)
+                "saved_y": saved["saved_y"].at[column, rows].set(jnp.swapaxes(y, 1, 2), mode="drop",
+                                                                 unique_indices=True),
+                "saved_mode": saved["saved_mode"].at[column, rows].set(jnp.broadcast_to(mode, rows.shape),
+                                                                       mode="drop", unique_indices=True),
+            }, sampled + jnp.sum(writes, axis=0, dtype=sampled.dtype)
 
         saved, sampled = jax.lax.while_loop(lambda c: jnp.any(due(c[1])), one, (results.saved, lane.sampled))
         return replace(lane, sampled=sampled), replace(results, saved=saved)

@@ -24,6 +24,8 @@ _FINISH_SHARE = 32
 # A finish that reads an event log of at most this many rows runs after the
 # loop, every point's log kept in the results; a longer one runs as points end.
 KEPT_LOG_ROWS = 16
+# Samples a lane writes in one pass of a step's sample loop (engine.solve.lanes.batch._Batch.sample).
+_SAMPLES_A_PASS = 8
 # Newton re-steps allowed to locate one crossing (2 are typical).
 _LOCATE_TRIES = 32
 # Status of a lane without a point: anything but PENDING keeps it from stepping
