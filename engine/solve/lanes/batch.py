@@ -305,6 +305,7 @@ class _Batch:
         passes as the lane with the most samples in its step needs)."""
         times = jnp.asarray(self.machine.times, self.dtype)
         last = times.shape[0] - 1
+        prepare, evaluate = self.machine.interpolate
         own = lane.point if self.finish_at_end else lane.slot
         width = own.shape[0]
         ahead = jnp.arange(_SAMPLES_A_PASS, dtype=jnp.int32)[:, None]
@@ -314,14 +315,15 @@ class _Batch:
             at = times[jnp.minimum(sampled, last)]
             return step.taken & (sampled <= last) & ((at < step.t1) | (ends & (at == step.t1)))
 
+        dense = prepare(step.t0, step.t1, step.y0, step.y1, step.stages)  # once a step
+
         def one(carry):
             saved, sampled = carry
             rows = jnp.minimum(sampled + ahead, last)  # (samples, lanes)
             writes = due(sampled + ahead)  # true for a lane's first few (the times are sorted)
             at = times[rows]
             at_end = ends & (at == step.t1)
-            y = jnp.stack([jnp.where(at_end[j], y_end, self.machine.interpolate(
-                step.t0, step.t1, step.y0, step.y1, step.stages, at[j])) for j in range(_SAMPLES_A_PASS)])
+            y = jnp.stack([jnp.where(at_end[j], y_end, evaluate(dense, at[j])) for j in range(_SAMPLES_A_PASS)])
             column = jnp.where(writes & (lane.point < self.n), own, spare)
             return {
                 "saved_y": saved["saved_y"].at[column, rows].set(jnp.swapaxes(y, 1, 2), mode="drop",

@@ -3,12 +3,18 @@ accepted step, from the step's start, end and stages, as diffrax's
 interpolation of the same step (what SaveAt(ts) reads for the vmapped solver).
 
 Tsit5 and Dopri5 are written out elementwise over the lanes (diffrax's
-polynomials, its coefficients; the stages added in order, so a lane's sample
-rounds alike on whichever lane and at whichever width it runs). Any other
-solver's interpolation is diffrax's own, vmapped over the lanes.
+polynomials: a quartic in theta = (t - t0) / (t1 - t0) whose coefficients are
+made once a step, each sample then Horner's rule; the stages added in order,
+so a lane's sample rounds alike on whichever lane and at whichever width it
+runs). Any other solver's interpolation is diffrax's own, vmapped over the
+lanes.
 """
 
+import functools
+import operator
+
 import jax.numpy as jnp
+import numpy as np
 
 from engine.solve.lanes.rows import _per_lane
 
@@ -32,19 +38,33 @@ def _tsit5_weights(t):
     ]
 
 
-def _tsit5(t0, t1, y0, y1, hk, t):
+@functools.cache
+def _tsit5_powers() -> np.ndarray:
+    """The weights' polynomials (_tsit5_weights) by powers of theta:
+    (stages, powers 1-4); they vanish at theta = 0."""
+    points = np.linspace(0.0, 1.0, 5)
+    weights = np.array(_tsit5_weights(points))  # (stages, points)
+    vandermonde = np.vander(points, 5, increasing=True)
+    return np.linalg.solve(vandermonde, weights.T).T[:, 1:]
+
+
+def _tsit5_prepare(t0, t1, y0, y1, hk):
+    """The step's quartic in theta, y0 + sum_d C_d theta^d: its coefficients
+    once a step (each sample then costs Horner's rule), from diffrax's weights
+    (the same polynomial; its roundings differ by a few units)."""
     del y1
-    weights = _tsit5_weights(_theta(t0, t1, t))
-    total = weights[0] * hk[0]
-    for w, k in zip(weights[1:], hk[1:], strict=True):
-        total = total + w * k
-    return y0 + total
+    powers = _tsit5_powers()
+    coefficients = []
+    for d in range(powers.shape[1]):
+        terms = [float(w) * k for w, k in zip(powers[:, d], hk, strict=True) if abs(w) > 1e-14]
+        coefficients.append(functools.reduce(operator.add, terms) if terms else jnp.zeros_like(y0))
+    return (t0, t1, [y0, *coefficients])
 
 
-def _dopri5(t0, t1, y0, y1, hk, t):
+def _dopri5_prepare(t0, t1, y0, y1, hk):
     """diffrax's FourthOrderPolynomialInterpolation with Dopri5's midpoint
     weights: the quartic through y0, y1, the slopes at both ends and the
-    midpoint, by Horner's rule (jnp.polyval)."""
+    midpoint, its coefficients (jnp.polyval's, lowest last)."""
     import diffrax
 
     c_mid = diffrax.Dopri5.interpolation_cls.c_mid
@@ -57,9 +77,15 @@ def _dopri5(t0, t1, y0, y1, hk, t):
     a = 2 * (f1 - f0) - 8 * (y1 + y0) + 16 * y_mid
     b = 5 * f0 - 3 * f1 + 18 * y0 + 14 * y1 - 32 * y_mid
     c = f1 - 4 * f0 - 11 * y0 - 5 * y1 + 16 * y_mid
+    return (t0, t1, [y0, f0, c, b, a])
+
+
+def _horner(prepared, t):
+    """A prepared polynomial (lowest power first) at the times t, by Horner's rule."""
+    t0, t1, coefficients = prepared
     theta = _theta(t0, t1, t)
-    value = jnp.zeros_like(y0)
-    for coefficient in (a, b, c, f0, y0):
+    value = coefficients[-1]
+    for coefficient in reversed(coefficients[:-1]):
         value = value * theta + coefficient
     return value
 
@@ -72,20 +98,22 @@ def _diffrax(solver: str):
     def one(t0, t1, y0, y1, hk, t):
         return cls(t0=t0, t1=t1, y0=y0, y1=y1, k=hk).evaluate(t)
 
-    def lanes(t0, t1, y0, y1, hk, t):
-        return _per_lane(one)(t0, t1, y0, y1, jnp.stack(hk), t)
+    def evaluate(prepared, t):
+        return _per_lane(one)(*prepared, t)
 
-    return lanes
+    return (lambda t0, t1, y0, y1, hk: (t0, t1, y0, y1, jnp.stack(hk))), evaluate
 
 
 def interpolation(solver: str):
-    """interpolate(t0, t1, y0, y1, stages, t): the states at times t (lanes,)
-    inside the lanes' steps [t0, t1] from y0 to y1 with these stages (the
-    vector field at each, a (components, lanes) array each)."""
-    evaluate = {"Tsit5": _tsit5, "Dopri5": _dopri5}.get(solver) or _diffrax(solver)
+    """(prepare, evaluate): prepare(t0, t1, y0, y1, stages) makes the dense
+    output of the lanes' steps [t0, t1] from y0 to y1 with these stages (the
+    vector field at each, a (components, lanes) array each), once a step;
+    evaluate(prepared, t) the states at the times t (lanes,) inside them."""
+    prepare, evaluate = {"Tsit5": (_tsit5_prepare, _horner), "Dopri5": (_dopri5_prepare, _horner)}.get(solver) \
+        or _diffrax(solver)
 
-    def interpolate(t0, t1, y0, y1, stages, t):
+    def prepare_steps(t0, t1, y0, y1, stages):
         h = t1 - t0
-        return evaluate(t0, t1, y0, y1, [h * k for k in stages], t)
+        return prepare(t0, t1, y0, y1, [h * k for k in stages])
 
-    return interpolate
+    return prepare_steps, evaluate
