@@ -43,10 +43,19 @@ def _sweep(folder, name="ball.zarr", run=""):
     return engine.load_sweep(sweep_file(folder, text, name=f"{name}.toml"))
 
 
+# Every solver that samples, on the CPU: the lanes (the default path) and vmapped.
+SAMPLING = ("lanes", "vmapped")
+
+
+@pytest.fixture(scope="module", params=SAMPLING)
+def solver(request):
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def cube_path(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("trajectories")
-    engine.run(_sweep(folder), progress=False)
+def cube_path(tmp_path_factory, solver):
+    folder = tmp_path_factory.mktemp(f"trajectories-{solver}")
+    engine.run(_sweep(folder, run=f'batch_solver = "{solver}"'), progress=False)
     return folder / "ball.zarr"
 
 
@@ -81,23 +90,38 @@ def test_the_cube_has_a_time_dimension_with_the_sweeps_times_and_unit(cube):
     assert np.all(cube.status.values == engine.Status.SUCCESS)
 
 
-def test_shards_of_one_point_give_the_same_cube_bit_for_bit(cube, tmp_path):
-    report = engine.run(_sweep(tmp_path, "one.zarr", run="shard_size = 1"), progress=False)
+def test_shards_of_one_point_give_the_same_cube_bit_for_bit(cube, tmp_path, solver):
+    """A point's samples depend on neither the shard nor its neighbours (on
+    the lanes: nor on the lane it ran on, or the step its neighbours finish at)."""
+    report = engine.run(_sweep(tmp_path, "one.zarr", run=f'shard_size = 1\nbatch_solver = "{solver}"'),
+                        progress=False)
     assert report.shards_run == len(SPINS)
     one = engine.open_cube(tmp_path / "one.zarr")
     for name in OUTPUTS:
         np.testing.assert_array_equal(one[name].values, cube[name].values)
 
 
-def test_evaluate_gives_the_runs_samples(cube):
+def test_evaluate_gives_the_runs_samples(cube, solver):
     """The same points through engine.solve.evaluate (a notebook's call) as
     through a run."""
     study = engine.load_study("pingpong")
     settings = SolverSettings(save_times=tuple(cube.time.values))
     params = {p.name: np.full(len(SPINS), p.default) for p in study.parameters} | {"spin_ratio": np.array(SPINS)}
     result = evaluate(study, settings, params, outputs=OUTPUTS,
-                      plan=make_plan(study, points=len(SPINS), sampled=True))
+                      plan=make_plan(study, solver=solver, points=len(SPINS), sampled=True))
     np.testing.assert_array_equal(result.outputs["x"], cube.x.values)
+
+
+def test_a_sampled_sweeps_default_plan_is_the_one_without_samples():
+    """On the CPU the lanes (they sample); a study they cannot solve, vmapped."""
+    from engine.solve.device import detect
+
+    study = engine.load_study("pingpong")
+    if detect().accelerator:
+        pytest.skip("the CPU's default")
+    assert make_plan(study, points=100, sampled=True).solver.name == "lanes"
+    closed = engine.load_study("rebound_table1")
+    assert make_plan(closed, points=100, sampled=True).solver.name == make_plan(closed, points=100).solver.name
 
 
 # An outside study sampled: the bouncing ball's height and speed at the times.
@@ -131,13 +155,14 @@ def _bouncing(t, height, e, min_speed=ball.MIN_SPEED):
         start, speed = start + flight, speed * e
 
 
-def test_a_bouncing_balls_samples_match_its_parabolas_between_its_events_and_end_in_nan():
+@pytest.mark.parametrize("solver", SAMPLING)
+def test_a_bouncing_balls_samples_match_its_parabolas_between_its_events_and_end_in_nan(solver):
     heights, restitutions = np.array([1.0, 0.3, 2.0]), np.array([0.5, 0.7, 0.3])
     times = np.linspace(0.0, 3.0, 97)
     settings = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=64, save_times=tuple(times))
     columns = {"height": heights, "restitution": restitutions, "min_speed": np.full(3, ball.MIN_SPEED)}
     result = evaluate(SAMPLED_BALL, settings, columns, outputs=("rest_time", "height", "speed"),
-                      plan=make_plan(SAMPLED_BALL, points=3, sampled=True))
+                      plan=make_plan(SAMPLED_BALL, solver=solver, points=3, sampled=True))
     assert np.all(result.status == engine.Status.SUCCESS)
     for i in range(3):
         exact = np.array([_bouncing(t, heights[i], restitutions[i]) for t in times])
@@ -151,6 +176,24 @@ def test_a_bouncing_balls_samples_match_its_parabolas_between_its_events_and_end
         np.testing.assert_allclose(result.outputs["speed"][i][away & ~ended], exact[away & ~ended, 1], rtol=0,
                                    atol=1e-9)
         assert ended.any() and np.all(np.isnan(result.outputs["height"][i][ended]))
+
+
+@pytest.mark.parametrize("integrator", ["Tsit5", "Dopri5"])
+def test_the_lanes_and_vmapped_give_the_same_samples_of_the_bouncing_ball(integrator):
+    """Tens of events a point, a log too long to keep a column a point (the
+    lanes finish each point as it ends, its samples a column of its lane):
+    the same samples within the solver's tolerances, NaN after the same end."""
+    heights, restitutions = np.array([1.0, 0.3, 2.0, 1.5, 0.7]), np.array([0.5, 0.7, 0.3, 0.8, 0.6])
+    times = np.linspace(0.0, 3.0, 97)
+    settings = SolverSettings(solver=integrator, rtol=1e-10, atol=1e-12, max_segments=64, save_times=tuple(times))
+    columns = {"height": heights, "restitution": restitutions, "min_speed": np.full(5, ball.MIN_SPEED)}
+    lanes, vmapped = (evaluate(SAMPLED_BALL, settings, columns, outputs=("rest_time", "height", "speed"),
+                               plan=make_plan(SAMPLED_BALL, solver=solver, points=5, sampled=True))
+                      for solver in ("lanes", "vmapped"))
+    for name in ("height", "speed"):
+        ended = np.isnan(vmapped.outputs[name])
+        assert ended.any() and np.array_equal(np.isnan(lanes.outputs[name]), ended)
+        np.testing.assert_allclose(lanes.outputs[name][~ended], vmapped.outputs[name][~ended], rtol=0, atol=1e-9)
 
 
 def _impacts(height, e, min_speed=ball.MIN_SPEED):
@@ -199,7 +242,7 @@ def test_a_sweep_without_save_keeps_its_outputs_and_its_identity():
     assert "save_times" not in sweep.canonical()["solver"]
 
 
-@pytest.mark.parametrize("solver", ["lanes", "fused"])
+@pytest.mark.parametrize("solver", ["fused"])
 def test_solvers_that_write_no_samples_are_refused_naming_the_key(tmp_path, solver):
     sweep = _sweep(tmp_path, run=f'batch_solver = "{solver}"')
     with pytest.raises(ConfigError, match=rf"run.batch_solver.*the {solver} solver does not yet write samples"):
@@ -289,9 +332,9 @@ def test_a_study_with_a_parameter_named_sample_sweeps_it_as_an_axis(tmp_path):
 
 
 def test_evaluate_on_a_plan_that_writes_no_samples_is_refused():
-    """A notebook's evaluate with sample times on a lanes plan made without
+    """A notebook's evaluate with sample times on a fused plan made without
     sampled=True: one error, not a finish reading samples that are not there."""
     study = engine.load_study("pingpong")
     params = {p.name: np.full(2, p.default) for p in study.parameters}
-    with pytest.raises(ValueError, match="the lanes solver does not yet write samples at \\[save\\] times"):
-        evaluate(study, SolverSettings(save_times=(0.0, 1.0)), params, plan=make_plan(study, solver="lanes"))
+    with pytest.raises(ValueError, match="the fused solver does not yet write samples at \\[save\\] times"):
+        evaluate(study, SolverSettings(save_times=(0.0, 1.0)), params, plan=make_plan(study, solver="fused"))

@@ -11,14 +11,15 @@ SOLVERS: dict[str, BatchSolver] = {s.name: s for s in (VmappedSolver(), LanesSol
 
 
 # The solvers that write a point's states at a sweep's sample times (`[save]
-# times`): the plan's choice for a sweep with samples.
-SAMPLING_SOLVERS = ("vmapped",)
+# times`). A sampled sweep's default plan is the one without samples where its
+# solver is one of them, vmapped otherwise (make_plan).
+SAMPLING_SOLVERS = ("lanes", "vmapped")
 
 
 def writes_no_samples(solver: str) -> str:
     """Why `solver` cannot solve a sweep with [save] times."""
     return f"the {solver} solver does not yet write samples at [save] times (the {' and '.join(SAMPLING_SOLVERS)} " \
-        "solver does)"
+        "solvers do)"
 
 
 def default_solver(study, device: Device) -> str:
@@ -88,7 +89,9 @@ def make_plan(
     vectors (see engine.solve.base.VECTOR).
     """
     device = device or solving_device(study, points, detect(), detect("cpu"))
-    name = solver or (SAMPLING_SOLVERS[0] if sampled else default_solver(study, device))
+    name = solver or default_solver(study, device)
+    if sampled and not solver and name not in SAMPLING_SOLVERS:  # the fused kernel writes none yet
+        name = "vmapped"
     if name not in SOLVERS:
         raise ValueError(f"unknown batch solver {name!r} (known: {', '.join(SOLVERS)})")
     if sampled and name not in SAMPLING_SOLVERS:

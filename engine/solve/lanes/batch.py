@@ -13,6 +13,7 @@ from engine.solve.lanes.state import (
     _FLUSH_SHARE,
     _IDLE,
     _LOCATE_SHARE,
+    _SAMPLES_A_PASS,
     _TAIL_SHARE,
     KEPT_LOG_ROWS,
     _end,
@@ -79,6 +80,11 @@ class _Results(PytreeDataclass):
 
     out: object
     log: dict
+    # where the sweep samples times: {saved_y: (columns, times, state),
+    # saved_mode: (columns, times)}, a column a point or a lane as the log
+    # (columns first: a sample's state is contiguous, which the writes of
+    # single samples need); None without samples
+    saved: dict | None = None
 
 
 class _Batch:
@@ -153,6 +159,7 @@ class _Batch:
             events=full(0, jnp.int32),
             locating=full(False, bool),
             span=full(0, self.dtype),
+            sampled=None if self.machine.times is None else full(self.machine.first_sample, jnp.int32),
         )
 
     def empty(self) -> _Lane:
@@ -171,23 +178,32 @@ class _Batch:
         state, not a log of max_segments states each (the landing map's log is 8
         times its state)."""
         n, columns = self.n, self.columns
-        blank = solution_shapes(self.y_shape(), self.rows)  # one point's solution
+        times = self.machine.times
+        blank = solution_shapes(self.y_shape(), self.rows, len(times or ()))  # one point's solution
         if self.finish_at_end:
             out = {k: jnp.zeros(a.shape[:-1] + (n,), a.dtype) for k, a in _end(self.empty()).items()}
         else:
             shapes = jax.eval_shape(self.finish, self.one_row(), blank)
             out = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape + (n,), a.dtype), shapes)
+        saved = None if times is None else {
+            "saved_y": jnp.full((columns, len(times), self.n_state), jnp.nan, self.dtype),
+            "saved_mode": jnp.full((columns, len(times)), -1, jnp.int32),
+        }
         return _Results(out=out, log={
             name: jnp.full(getattr(blank, name).shape + (columns,), _BLANK[name], getattr(blank, name).dtype)
             for name in EVENT_LOG
-        })
+        }, saved=saved)
+
+    def saved_times(self, shape=()):
+        return jnp.broadcast_to(jnp.asarray(self.machine.times, self.dtype), shape + (len(self.machine.times),))
 
     def results_of(self, results: _Results):
         """Every point's finished results, points first."""
-        points_first = jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, -1, 0), results)
+        points_first = jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, -1, 0), replace(results, saved=None))
         if not self.finish_at_end:
             return points_first.out
-        solutions = HybridSolution(**points_first.out, **points_first.log)
+        saved = {} if results.saved is None else {**results.saved, "saved_t": self.saved_times((self.n,))}
+        solutions = HybridSolution(**points_first.out, **points_first.log, **saved)
         return jax.vmap(self.finish)(self.inputs, solutions)
 
     def refill(self, lane: _Lane, free, next_point):
@@ -247,7 +263,7 @@ class _Batch:
             valid = jnp.arange(size) < jnp.sum(left)
             chosen = _take(lane, index)
             rows = jax.tree_util.tree_map(lambda a: a[jnp.minimum(chosen.point, self.n - 1)], self.inputs)
-            values = jax.vmap(self.finish, in_axes=(0, -1), out_axes=-1)(rows, self.solution(chosen, results.log))
+            values = jax.vmap(self.finish, in_axes=(0, -1), out_axes=-1)(rows, self.solution(chosen, results))
             row = self.rows_of(chosen, valid)
             out = jax.tree_util.tree_map(
                 lambda a, value: a.at[..., row].set(value, mode="drop", unique_indices=True), out, values
@@ -257,17 +273,67 @@ class _Batch:
         out, _ = jax.lax.while_loop(lambda carry: jnp.any(carry[1]), some, (results.out, finished))
         return out
 
-    def solution(self, lane, log: dict) -> HybridSolution:
+    def solution(self, lane, results: _Results) -> HybridSolution:
         """The lanes' solutions, lanes last, each event log its lane's column with
         the rows past the point's events blank, as a log of the point's own
-        would be (the rows hold earlier points' events)."""
+        would be (the rows hold earlier points' events); so the samples, past
+        those the point wrote."""
+        log = results.log
 
         def column(name):
             kept = log[name][..., lane.slot]
             used = jnp.expand_dims(jnp.arange(kept.shape[0])[:, None] < lane.events, tuple(range(1, kept.ndim - 1)))
             return jnp.where(used, kept, _BLANK[name])
 
-        return HybridSolution(**_end(lane), **{name: column(name) for name in EVENT_LOG})
+        saved = {}
+        if results.saved is not None:
+            index = jnp.arange(len(self.machine.times))[:, None]
+            written = (index >= self.machine.first_sample) & (index < lane.sampled)
+            saved = {
+                "saved_t": jnp.moveaxis(self.saved_times(lane.sampled.shape), 0, -1),
+                "saved_y": jnp.where(written[:, None], jnp.moveaxis(results.saved["saved_y"][lane.slot], 0, -1),
+                                     jnp.nan),
+                "saved_mode": jnp.where(written, results.saved["saved_mode"][lane.slot].T, -1),
+            }
+        return HybridSolution(**_end(lane), **{name: column(name) for name in EVENT_LOG}, **saved)
+
+    def sample(self, lane: _Lane, step, ends, y_end, mode, results: _Results):
+        """The lanes' samples in the steps they took (`step.taken`): at the
+        sample times in [t0, t1) from the step's dense output, and at t1 itself
+        the final state `y_end` where the point `ends` there. A lane writes its
+        samples in order, up to _SAMPLES_A_PASS a pass (the loop runs as many
+        passes as the lane with the most samples in its step needs)."""
+        times = jnp.asarray(self.machine.times, self.dtype)
+        last = times.shape[0] - 1
+        prepare, evaluate = self.machine.interpolate
+        own = lane.point if self.finish_at_end else lane.slot
+        width = own.shape[0]
+        ahead = jnp.arange(_SAMPLES_A_PASS, dtype=jnp.int32)[:, None]
+        spare = self.columns + jnp.arange(_SAMPLES_A_PASS * width, dtype=own.dtype).reshape(-1, width)
+
+        def due(sampled):
+            at = times[jnp.minimum(sampled, last)]
+            return step.taken & (sampled <= last) & ((at < step.t1) | (ends & (at == step.t1)))
+
+        dense = prepare(step.t0, step.t1, step.y0, step.y1, step.stages)  # once a step
+
+        def one(carry):
+            saved, sampled = carry
+            rows = jnp.minimum(sampled + ahead, last)  # (samples, lanes)
+            writes = due(sampled + ahead)  # true for a lane's first few (the times are sorted)
+            at = times[rows]
+            at_end = ends & (at == step.t1)
+            y = jnp.stack([jnp.where(at_end[j], y_end, evaluate(dense, at[j])) for j in range(_SAMPLES_A_PASS)])
+            column = jnp.where(writes & (lane.point < self.n), own, spare)
+            return {
+                "saved_y": saved["saved_y"].at[column, rows].set(jnp.swapaxes(y, 1, 2), mode="drop",
+                                                                 unique_indices=True),
+                "saved_mode": saved["saved_mode"].at[column, rows].set(jnp.broadcast_to(mode, rows.shape),
+                                                                       mode="drop", unique_indices=True),
+            }, sampled + jnp.sum(writes, axis=0, dtype=sampled.dtype)
+
+        saved, sampled = jax.lax.while_loop(lambda c: jnp.any(due(c[1])), one, (results.saved, lane.sampled))
+        return replace(lane, sampled=sampled), replace(results, saved=saved)
 
     def record(self, search: _Search, results: _Results) -> _Results:
         """The crossings located in this flush, into their logs: the point's, or
@@ -303,6 +369,14 @@ class _Batch:
         back = jnp.where(valid, index, width)
         located = machine.events(search)
         changed = ("t", "y", "f", "g", "mode", "h", "segment_steps", "status", "events", "locating", "span")
+        if machine.times is not None:
+            # The samples in the step taken or up to the located crossing; at it
+            # too where the point ends there (the state after a reset is the next
+            # step's first).
+            step = replace(search.sample_step, taken=search.sample_step.taken & valid)
+            ends = step.taken & search.located & (located.status != Status.PENDING)
+            located, results = self.sample(located, step, ends, located.y, search.lane.mode, results)
+            changed += ("sampled",)
         return replace(
             lane, **{k: getattr(lane, k).at[..., back].set(getattr(located, k), mode="drop") for k in changed}
         ), results
@@ -333,7 +407,12 @@ class _Batch:
 
         def body(carry):
             lane, results, next_point = carry
-            lane = self.machine.regular(lane)
+            if self.machine.times is None:
+                lane = self.machine.regular(lane)
+            else:
+                lane, step = self.machine.regular(lane)
+                ends = step.taken & (lane.status != Status.PENDING)
+                lane, results = self.sample(lane, step, ends, lane.y, lane.mode, results)
             mine = lane.point < self.n
             pending = lane.status == Status.PENDING
             waiting = jnp.sum(mine & (~pending | lane.locating))

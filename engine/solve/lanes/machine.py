@@ -10,6 +10,7 @@ from engine.pytree import replace
 from engine.solve import stepper
 from engine.solve.base import VECTOR
 from engine.solve.hybrid import _INACTIVE, HybridPoint, HybridSystem
+from engine.solve.lanes.dense import interpolation
 from engine.solve.lanes.rows import (
     _all_rows,
     _any_rows,
@@ -21,7 +22,7 @@ from engine.solve.lanes.rows import (
     _pick,
     _select,
 )
-from engine.solve.lanes.state import _LOCATE_TRIES, _NONFINITE_SHRINK, _Lane, _Plan, _Search
+from engine.solve.lanes.state import _LOCATE_TRIES, _NONFINITE_SHRINK, _Lane, _Plan, _Search, _Step
 from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
 from engine.solve.solver_constants import solver_constants
 from engine.solve.stepper import Controller, chained, inverse_root
@@ -58,13 +59,20 @@ class _Machine:
         self.resets = [_per_lane(reset) for reset in system.resets()]
         self.fields = [_per_lane(mode.vector_field) for mode in system.modes]
         self.ends_at_horizon = jnp.array([m.ends_at_horizon for m in system.modes])
+        # The sweep's sample times ([save] times), sorted; None without samples.
+        self.times = tuple(settings.save_times) or None
+        # Sample times before every point's start (t = 0): never written (NaN).
+        self.first_sample = sum(1 for t in settings.save_times if t < 0)
+        self.interpolate = interpolation(settings.solver) if self.times else None
 
-    def step(self, t0, t1, y0, f0, mode, args):
+    def step(self, t0, t1, y0, f0, mode, args, stages=False):
         """One Runge-Kutta step (engine.solve.stepper.step) on whole lanes: the
-        new state, the embedded error estimate, and the vector field there."""
-        y1, error, f1, _ = stepper.step(self.tableau, lambda t, y: self.field(t, y, mode, args), t0, t1, y0, f0,
-                                        combine=chained)
-        return y1, error, f1
+        new state, the embedded error estimate, and the vector field there (and,
+        given `stages`, the vector field at every stage, for the step's dense
+        output)."""
+        y1, error, f1, ks = stepper.step(self.tableau, lambda t, y: self.field(t, y, mode, args), t0, t1, y0, f0,
+                                         combine=chained)
+        return (y1, error, f1, ks) if stages else (y1, error, f1)
 
     def adapt(self, t0, t1, y0, y1, y_error):
         """Accept the step [t0, t1]?, and the next step's (t0, t1), lane-wise
@@ -151,17 +159,18 @@ class _Machine:
         h = self.first_step(t0, y0, mode, args, horizon)
         return _Plan(y0, f, g, mode, args, horizon, h)
 
-    def regular(self, s: _Lane) -> _Lane:
+    def regular(self, s: _Lane):
         """One adaptive step of every running lane that is not locating a
         crossing. A step in which a transition's condition changed sign is not
-        taken: the lane starts locating the crossing (see `locate`)."""
+        taken: the lane starts locating the crossing (see `locate`). Where the
+        sweep samples times, also the step (_Step), taken where a lane moved."""
         settings = self.settings
         stepping = (s.status == Status.PENDING) & ~s.locating
         to_horizon = s.horizon - s.t
         clipped = stepping & (s.h >= to_horizon)
         span = jnp.where(clipped, to_horizon, s.h)
         t1 = jnp.where(clipped, s.horizon, s.t + span)
-        y1, y_error, f1 = self.step(s.t, t1, s.y, s.f, s.mode, s.args)
+        y1, y_error, f1, *stages = self.step(s.t, t1, s.y, s.f, s.mode, s.args, stages=self.times is not None)
         g1 = self.conditions(t1, y1, s.mode, s.args)
         finite = _all_rows(jnp.isfinite(y1))
         crossed = self.crossed(s.g, g1)
@@ -181,7 +190,7 @@ class _Machine:
         ).astype(jnp.int8)
         # A lane that reached a crossing keeps the step's span and waits: the
         # crossing is located in the next flush (start_locating, locate).
-        return replace(
+        lane = replace(
             s,
             t=jnp.where(moves, t1, s.t),
             y=jnp.where(moves, y1, s.y),
@@ -194,6 +203,9 @@ class _Machine:
             locating=s.locating | detect,
             span=jnp.where(detect, t1 - s.t, s.span),
         )
+        if self.times is None:
+            return lane
+        return lane, _Step(t0=s.t, t1=t1, y0=s.y, y1=y1, stages=stages[0], taken=moves)
 
     def start_locating(self, s: _Lane, active) -> _Search:
         """Lanes parked at a crossing, where `active`, start locating it: the step
@@ -201,7 +213,7 @@ class _Machine:
         the conditions at its end; the first Newton iterate is the root of the
         earliest crossed condition's cubic interpolant over the step."""
         t1 = s.t + s.span
-        y1, _, f1 = self.step(s.t, t1, s.y, s.f, s.mode, s.args)
+        y1, _, f1, *stages = self.step(s.t, t1, s.y, s.f, s.mode, s.args, stages=self.times is not None)
         g1, dg1 = self.conditions(t1, y1, s.mode, s.args, flow=f1)
         _, dg0 = self.conditions(s.t, s.y, s.mode, s.args, flow=s.f)
         crossed = self.crossed(s.g, g1)
@@ -232,6 +244,9 @@ class _Machine:
             creeping=jnp.zeros(s.t.shape, bool),
             tries=jnp.zeros(s.t.shape, jnp.int32),
             located=jnp.zeros(s.t.shape, bool),
+            # the taken step's samples; a located crossing's re-step replaces it
+            sample_step=None if self.times is None else _Step(t0=s.t, t1=t1, y0=s.y, y1=y1, stages=stages[0],
+                                                              taken=taken),
         )
 
     def locate(self, search: _Search) -> _Search:
@@ -241,7 +256,7 @@ class _Machine:
         s, n = search.lane, search  # the lanes, and the Newton search in them
         locating = (s.status == Status.PENDING) & s.locating
         t1 = s.t + n.dt
-        y1, _, f1 = self.step(s.t, t1, s.y, s.f, s.mode, s.args)
+        y1, _, f1, *stages = self.step(s.t, t1, s.y, s.f, s.mode, s.args, stages=self.times is not None)
         g1, dg1 = self.conditions(t1, y1, s.mode, s.args, flow=f1)
         finite = _all_rows(jnp.isfinite(y1))
         crossed = self.crossed(s.g, g1)
@@ -296,6 +311,10 @@ class _Machine:
             creeping=jnp.where(locating, creep, n.creeping),
             tries=jnp.where(switch, 0, tries).astype(n.tries.dtype),
             located=n.located | located,
+            sample_step=None if self.times is None else jax.tree_util.tree_map(
+                lambda new, old: jnp.where(located, new, old),
+                _Step(t0=s.t, t1=t1, y0=s.y, y1=y1, stages=stages[0], taken=located | n.sample_step.taken),
+                n.sample_step),
         )
 
     def events(self, search: _Search) -> _Lane:

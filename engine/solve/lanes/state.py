@@ -24,6 +24,10 @@ _FINISH_SHARE = 32
 # A finish that reads an event log of at most this many rows runs after the
 # loop, every point's log kept in the results; a longer one runs as points end.
 KEPT_LOG_ROWS = 16
+# Samples a lane writes in one pass of a step's sample loop (engine.solve.lanes.batch._Batch.sample).
+# Measured (rolling ball, 201 samples, solve_batch of 8,192 points on 1,024 lanes): 1: 56-58k points/s,
+# 2: 54-58k, 4: 52-54k, 8: 45k, 16: 40k (every pass evaluates them on every lane).
+_SAMPLES_A_PASS = 2
 # Newton re-steps allowed to locate one crossing (2 are typical).
 _LOCATE_TRIES = 32
 # Status of a lane without a point: anything but PENDING keeps it from stepping
@@ -55,6 +59,10 @@ class _Lane(PytreeDataclass):
     # parked at a crossing inside the step [t, t + span], waiting to locate it
     locating: jax.Array
     span: jax.Array
+    # where the sweep samples times ([save] times): the sample times of the
+    # point handled so far (written, or before its start), an index into the
+    # times; None without samples (no leaf)
+    sampled: jax.Array | None = None
 
 
 class _Search(PytreeDataclass):
@@ -70,6 +78,23 @@ class _Search(PytreeDataclass):
     creeping: jax.Array  # converged but short of the crossing: stepping forward
     tries: jax.Array
     located: jax.Array  # located and recorded: ends or goes on after the loop
+    # where the sweep samples times: the step whose dense output the lane's
+    # samples are read from after the search (the step taken again when no
+    # crossing is found, or the re-step that ends at the located crossing)
+    sample_step: "_Step | None" = None
+
+
+class _Step(PytreeDataclass):
+    """An accepted step of the lanes [t0, t1] from y0 to y1 with its stages
+    (the vector field at each), for its dense output; `taken` where a lane
+    took it."""
+
+    t0: jax.Array
+    t1: jax.Array
+    y0: jax.Array
+    y1: jax.Array
+    stages: list
+    taken: jax.Array
 
 
 class _Plan(PytreeDataclass):
