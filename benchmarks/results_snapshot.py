@@ -28,9 +28,10 @@ KERNEL_BACKENDS = ("pallas", "host")
 def demo_grid(sweep) -> dict:
     """The first POINTS points of a sweep's grid, every parameter a column."""
     grids = np.meshgrid(*[a.values for a in sweep.axes], indexing="ij")
-    params = {k: np.full(grids[0].size, float(v)) for k, v in sweep.parameters.items()}
-    params |= {a.name: g.reshape(-1) for a, g in zip(sweep.axes, grids, strict=True)}
-    return {k: v[:POINTS] for k, v in params.items()}
+    columns = [g.reshape(-1)[:POINTS] for g in grids]
+    # As a shard has them: fixed parameters, the axes' columns, a drawn design's values.
+    params = sweep.point_params([a.name for a in sweep.axes], columns, len(columns[0]))
+    return {k: np.array(v, dtype=float) for k, v in params.items()}
 
 
 def save(path: str) -> None:
