@@ -218,6 +218,12 @@ def test_a_sweep_asks_for_the_fused_solver_and_its_cube_is_that_solver_s(caches,
     Markers(out).drop_done("grid", 0)  # a shard to solve again (a complete cube is reported as it is)
     with pytest.raises(StoreError, match="another config: run.batch_solver: "):
         run(default, progress=False)
+    # Its kernel backend is the cube's too: another would round its points otherwise.
+    assert Markers(out).identity()["kernel"] == "host"
+    monkeypatch.setenv("ROLLSWEEP_KERNEL_BACKEND", "pallas")
+    with pytest.raises(StoreError, match="another config: ROLLSWEEP_KERNEL_BACKEND: this cube's fused kernel ran "
+                                         "on the host backend, this run's would run on pallas; "):
+        run(fused, progress=False)
 
 
 def open_cube_values(path):

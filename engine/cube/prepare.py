@@ -252,6 +252,10 @@ def identity_difference(recorded: dict | None, wanted: dict, sweep: Sweep) -> st
         verb = "asks for" if sweep.batch_solver else "would use"
         return (f"run.batch_solver: this cube was solved by the {recorded['solver']} solver, this run {verb} "
                 f"{wanted['solver']}; set batch_solver = \"{recorded['solver']}\" to resume it, {_AGAIN}")
+    if recorded.get("kernel", wanted.get("kernel")) != wanted.get("kernel"):
+        return (f"ROLLSWEEP_KERNEL_BACKEND: this cube's fused kernel ran on the {recorded['kernel']} backend, this "
+                f"run's would run on {wanted.get('kernel')}; set ROLLSWEEP_KERNEL_BACKEND={recorded['kernel']} to "
+                f"resume it, {_AGAIN}")
     if any(recorded.get(key, wanted[key]) != wanted[key] for key in ("batch", "width")):
         return _batch_difference(recorded, wanted, sweep)
     return None

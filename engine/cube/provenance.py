@@ -43,22 +43,25 @@ def provenance(sweep, devices: str) -> dict:
 # 16 differ in 409 final displacements (vmapped calls of 1,024 and 16: 861);
 # AVX2 against AVX-512 in 498. The batch and width are compared whole, not only
 # across that threshold: it is XLA's, and another version may draw it elsewhere.
-IDENTITY_KEYS = ("device", "versions", "solver", "batch", "width")
+# The fused solver's kernel backend (host C, CUDA C, Pallas: engine.solve.kernel)
+# is one more: three implementations of the same kernel body round otherwise.
+IDENTITY_KEYS = ("device", "versions", "solver", "kernel", "batch", "width")
 
 
-def identity(solver: str, batch: int, width: int, device: str) -> dict:
-    """How a process solves a cube's points: the batch solver, its points a
-    call and at a time, the device (a CPU's with its instruction set) and the
-    versions of the packages traced into its programs."""
+def identity(solver: str, batch: int, width: int, device: str, kernel: str | None = None) -> dict:
+    """How a process solves a cube's points: the batch solver (the fused one's
+    kernel backend), its points a call and at a time, the device (a CPU's with
+    its instruction set) and the versions of the packages traced into its
+    programs."""
     return {"solver": solver, "batch": int(batch), "width": int(width), "device": device,
-            "versions": dict(traced_versions())}
+            "versions": dict(traced_versions())} | ({"kernel": kernel} if kernel else {})
 
 
 def describe_identity(found: dict | None) -> str:
     """e.g. "lanes, 32,768 points a call, 1,200 at a time, on cpu (avx512), jax 0.10.2"."""
     if not found:
         return "unrecorded (solved before identities were recorded)"
-    parts = [found.get("solver", "?")]
+    parts = [found.get("solver", "?") + (f" ({found['kernel']} kernel)" if "kernel" in found else "")]
     if "batch" in found:
         parts.append(f"{found['batch']:,} points a call")
     if "width" in found:

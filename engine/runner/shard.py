@@ -117,7 +117,12 @@ def _identity_device(platform: str) -> str:
 
 def solved_with(plan: Plan) -> dict:
     """How `plan` solves a cube's points: its identity (engine.cube.provenance.identity)."""
-    return identity(plan.solver.name, plan.batch, plan.width, _identity_device(plan.device.platform))
+    kernel = None
+    if plan.solver.name == "fused":  # the backend the kernel runs on (engine.solve.kernel.backends)
+        from engine.solve.kernel.backends import default_backend, requested
+
+        kernel = requested() or default_backend(plan.device.platform)
+    return identity(plan.solver.name, plan.batch, plan.width, _identity_device(plan.device.platform), kernel)
 
 
 def _finish(cube: Cube, plan: Plan, task: Task, status, start, regions) -> dict:
