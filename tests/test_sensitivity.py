@@ -521,3 +521,22 @@ def test_indices_at_each_grid_point_with_axes(tmp_path, capsys):
     assert "(indices at each point of fail_beyond[2]: their means over the grid" in out
     assert main(["plot", report.path, "--out", str(tmp_path)]) == 0
     assert (tmp_path / "axes_sensitivity.png").stat().st_size > 10_000
+
+
+def test_the_local_cluster_and_a_resume_give_the_inline_cube_bit_for_bit(tmp_path):
+    """The design solved by the local cluster's worker processes, and a cube
+    interrupted (shards' done markers dropped, as a killed run leaves them) then
+    resumed: both the inline run's cube, indices included, bit for bit."""
+    from conftest import cubes_identical
+
+    text = _sweep(tmp_path / "inline.zarr", n=1 << 10, run="shard_size = 1000")
+    _, inline = _run(text)
+    _, cluster = _run(text.replace("inline.zarr", "cluster.zarr") + 'executor = "local"\nworkers = 2\n')
+    assert cubes_identical(cluster, inline)
+    resumed = tmp_path / "resumed.zarr"
+    shutil.copytree(tmp_path / "inline.zarr", resumed)
+    markers = Markers(resumed)
+    for shard in (1, 3):
+        markers.drop_done("grid", shard)
+    report, cube = _run(text.replace("inline.zarr", "resumed.zarr"))
+    assert report.shards_run == 2 and cubes_identical(cube, inline)
