@@ -119,8 +119,10 @@ def label_of(name: str, declared, fallback: str | None = None) -> str:
 def _check_not_in_a_cube(folder: pathlib.Path) -> None:
     """Figures go beside cubes, never into one: a PNG inside a store is a file
     no reader of the cube expects (and `verify` would not know it)."""
+    from engine.cube.store import enclosing_cube
+
     absolute = folder.absolute()
-    cube = next((f for f in (absolute, *absolute.parents) if (f / "_rollsweep").is_dir()), None)
+    cube = enclosing_cube((absolute, *absolute.parents))
     if cube is not None:
         raise StoreError(f"{folder}: inside the cube {cube}: figures are written beside a cube, never into one; "
                          "choose another --out")

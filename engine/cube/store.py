@@ -230,5 +230,10 @@ def not_a_cube_because(path) -> str:
         return f" (a link to {os.readlink(path)}, which does not exist)"
     if not path.exists():
         return " (no such folder)"
-    inside = next((parent for parent in path.absolute().parents if (parent / "_rollsweep").is_dir()), None)
+    inside = enclosing_cube(path.absolute().parents)
     return f" (a folder inside the cube {inside}: give the cube's own folder)" if inside else ""
+
+
+def enclosing_cube(folders) -> pathlib.Path | None:
+    """The first of `folders` that is a rollsweep cube (holds its markers' folder), else None."""
+    return next((folder for folder in folders if (folder / MARKERS).is_dir()), None)
