@@ -237,11 +237,10 @@ def _group_words(s: Sensitivity) -> tuple[str, str]:
 
 
 def _computed_words(s: Sensitivity, samples, points: int, dropped: int, grid: tuple = ()) -> str:
-    base = "base samples" if s.method == "sobol" else "trajectories"
     dropped_words = f"{dropped:,} points dropped" if dropped else "no point dropped"
     at = f" at each of {int(np.prod(grid)):,} grid points ({' x '.join(map(str, grid))})" if grid else ""
     return (f"{s.method} indices of {len(s.outputs)} output{'s' * (len(s.outputs) != 1)} over "
-            f"{len(samples.parameters)} parameters{at}: N = {samples.n:,} {base} ({points:,} points), seed "
+            f"{len(samples.parameters)} parameters{at}: N = {samples.n:,} {s.bases} ({points:,} points), seed "
             f"{samples.seed}, {dropped_words}")
 
 

@@ -103,8 +103,8 @@ class Samples:
             return f"{self.method} design of {self.n:,} points, seed {self.seed}"
         s = self.sensitivity
         design = "Saltelli's design" if s.method == "sobol" else f"Morris' trajectories ({s.levels} levels)"
-        base = "base samples" if s.method == "sobol" else "trajectories"
-        return f"{design} (SALib) for {s.method} indices: {self.n:,} {base}, {self.points:,} points, seed {self.seed}"
+        return (f"{design} (SALib) for {s.method} indices: {self.n:,} {s.bases}, {self.points:,} points, "
+                f"seed {self.seed}")
 
     def __getstate__(self):
         # A sweep travels to workers and SLURM tasks: the draws are made again
@@ -228,7 +228,7 @@ def parse_samples(table: dict, study, axes_names, fixed_keys: dict, file,
             "" if sensitivity else " (or method = \"lhs\", \"halton\" or \"random\")"))
     if sensitivity is not None and n < 2:
         fail("samples.n", f"must be at least 2 for {method} indices (their confidence intervals resample the "
-             f"{'base samples' if method == 'sobol' else 'trajectories'}), got {n}")
+             f"{sensitivity.bases}), got {n}")
     seed = table.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         fail("samples.seed", f"must be a non-negative integer, got {seed!r}")

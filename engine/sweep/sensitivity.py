@@ -49,6 +49,11 @@ class Sensitivity:
             return d + 1
         return 2 * d + 2 if self.second_order else d + 2
 
+    @property
+    def bases(self) -> str:
+        """What a sweep's `[samples] n` counts for this method."""
+        return "base samples" if self.method == "sobol" else "trajectories"
+
     def points(self, n: int, d: int) -> int:
         """The design's rows: n base samples (sobol) or trajectories (morris) of d parameters."""
         return n * self.group_size(d)
