@@ -214,43 +214,60 @@ def test_a_finish_reading_event_times_keeps_them_alone_on_every_solver():
         np.testing.assert_array_equal(logged.outputs["impacts"], ball.closed_form(heights, restitutions)[1])
 
 
-@pytest.mark.parametrize("read, shape_of", [
+# Finishes whose results change with the shape of a log array they do not read.
+SHAPE_READS = {
     # The log's length read from an array whose values it never reads.
-    (lambda p, sol: jnp.max(jnp.where(jnp.arange(sol.event_code.shape[0]) < sol.num_events, sol.event_t, -jnp.inf)),
-     "event_code"),
+    "length of another array": lambda p, sol: jnp.max(
+        jnp.where(jnp.arange(sol.event_code.shape[0]) < sol.num_events, sol.event_t, -jnp.inf)),
     # No array's values read at all: the result is the log's length, a constant.
-    (lambda p, sol: jnp.asarray(sol.event_y.shape[0], sol.t.dtype), "event_y"),
+    "length alone": lambda p, sol: jnp.asarray(sol.event_y.shape[0], sol.t.dtype),
     # A constant array the trace makes from the log's length (an operand by value, not a literal).
-    (lambda p, sol: sol.t * jnp.sum(jnp.asarray(np.linspace(0.0, 1.0, sol.event_code.shape[0])[-1:])), "event_code"),
+    "a constant array of its length": lambda p, sol: sol.t * jnp.sum(
+        jnp.asarray(np.linspace(0.0, 1.0, sol.event_code.shape[0])[-1:])),
     # The same inside a jitted function: a constant of the program the operation holds.
-    (lambda p, sol: jax.jit(lambda t: t * jnp.sum(jnp.asarray(np.linspace(0.0, 1.0, sol.event_code.shape[0])[-1:])))(
-        sol.t), "event_code"),
-], ids=["length of another array", "length alone", "a constant array of its length", "the same in a jit"])
-def test_a_finish_that_reads_an_arrays_shape_keeps_every_row(read, shape_of):
+    "the same in a jit": lambda p, sol: jax.jit(
+        lambda t: t * jnp.sum(jnp.asarray(np.linspace(0.0, 1.0, sol.event_code.shape[0])[-1:])))(sol.t),
+}
+SHAPE_SETTINGS = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=24)
+
+
+@pytest.mark.parametrize("name", SHAPE_READS)
+def test_a_finish_that_reads_an_arrays_shape_keeps_every_row(name):
     """One row of an array the finish does not read would change its results
-    when it reads that array's shape: every array then keeps the log's rows,
-    and the lanes and the fused kernel agree with the per-point solve."""
+    when it reads that array's shape: every array then keeps the log's rows."""
+    import bouncing_ball as ball
+
+    params = {p.name: jax.ShapeDtypeStruct((), jnp.float64) for p in ball.STUDY.parameters}
+    assert log_rows_read(ball.SYSTEM, _finish_reading(SHAPE_READS[name]), params, Y0, SHAPE_SETTINGS) == dict.fromkeys(
+        ("event_t", "event_y", "event_code"), 24)
+
+
+def test_finishes_that_read_an_arrays_shape_agree_on_every_solver():
+    """The finishes of the test above, one output each of one study (so one
+    program a solver: every row is kept for all of them, as the test above
+    checks for each alone): the lanes and the fused kernel agree with the
+    per-point solve."""
     import dataclasses
 
     import bouncing_ball as ball
 
-    settings = SolverSettings(rtol=1e-10, atol=1e-12, max_segments=24)
-    finish = _finish_reading(read)
-    params = {p.name: jax.ShapeDtypeStruct((), jnp.float64) for p in ball.STUDY.parameters}
-    assert log_rows_read(ball.SYSTEM, finish, params, Y0, settings) == dict.fromkeys(
-        ("event_t", "event_y", "event_code"), 24), shape_of
-    study = dataclasses.replace(ball.STUDY, name="bouncing_ball_shape",
-                                outputs=(dataclasses.replace(ball.STUDY.outputs[0], name="x"),),
+    def finish(p, sol, settings):
+        return PointResult(outputs={f"x{i}": read(p, sol) for i, read in enumerate(SHAPE_READS.values())},
+                           status=sol.status, num_steps=sol.num_steps, num_events=sol.num_events)
+
+    outputs = tuple(dataclasses.replace(ball.STUDY.outputs[0], name=f"x{i}") for i in range(len(SHAPE_READS)))
+    study = dataclasses.replace(ball.STUDY, name="bouncing_ball_shape", outputs=outputs,
                                 solve_point=HybridPoint(ball.SYSTEM, ball.STUDY.solve_point.start, finish))
     columns = {"height": np.linspace(0.1, 10, 16), "restitution": np.full(16, 0.3),
                "min_speed": np.full(16, ball.MIN_SPEED)}
-    results = {solver: evaluate(study, settings, columns, plan=make_plan(study, solver=solver, points=16))
+    results = {solver: evaluate(study, SHAPE_SETTINGS, columns, plan=make_plan(study, solver=solver, points=16))
                for solver in ("vmapped", "lanes", "fused")}
+    np.testing.assert_array_equal(results["vmapped"].status, Status.SUCCESS)
     for solver in ("lanes", "fused"):
         np.testing.assert_array_equal(results[solver].status, results["vmapped"].status, err_msg=solver)
-        np.testing.assert_allclose(results[solver].outputs["x"], results["vmapped"].outputs["x"], rtol=1e-12,
-                                   err_msg=solver)
-    np.testing.assert_array_equal(results["vmapped"].status, Status.SUCCESS)
+        for i, name in enumerate(SHAPE_READS):
+            np.testing.assert_allclose(results[solver].outputs[f"x{i}"], results["vmapped"].outputs[f"x{i}"],
+                                       rtol=1e-12, err_msg=f"{solver}: {name}")
 
 
 @pytest.mark.parametrize("accelerator", [False, True], ids=["cpu", "accelerator"])
