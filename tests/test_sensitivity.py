@@ -9,6 +9,7 @@ here from their closed formulas, and a linear function, whose Morris
 elementary effects are known exactly."""
 
 import math
+import pathlib
 import shutil
 import sys
 import textwrap
@@ -540,3 +541,34 @@ def test_the_local_cluster_and_a_resume_give_the_inline_cube_bit_for_bit(tmp_pat
         markers.drop_done("grid", shard)
     report, cube = _run(text.replace("inline.zarr", "resumed.zarr"))
     assert report.shards_run == 2 and cubes_identical(cube, inline)
+
+
+def test_a_run_killed_mid_design_resumes_to_the_cube_bit_for_bit(installed, tmp_path):
+    """kill -9 of a real `rollsweep run` of a Sobol' design (its process group,
+    after its first shards), then a resume: the cube, indices included, is an
+    uninterrupted run's bit for bit."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from conftest import cubes_identical, run_marking_slowly
+
+    text = _sweep(tmp_path / "killed.zarr", n=1 << 6, run="shard_size = 8")  # 320 points, 40 shards
+    path = tmp_path / "design.toml"
+    path.write_text(text)
+    root = pathlib.Path(__file__).resolve().parent.parent
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(installed), str(root),
+                                                                     os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(run_marking_slowly(["run", str(path), "--quiet"]), start_new_session=True, env=env)
+    markers, deadline = Markers(tmp_path / "killed.zarr"), time.time() + 120
+    while len(markers.done("grid")) < 5 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = len(markers.done("grid"))
+    assert 5 <= done < 40, f"kill did not land mid-run ({done} shards done)"
+    report, resumed = _run(text)
+    assert report.state == "resumed" and 0 < report.shards_run <= 40 - done
+    _, reference = _run(text.replace("killed.zarr", "reference.zarr"))
+    assert "S1" in resumed and cubes_identical(resumed, reference)
