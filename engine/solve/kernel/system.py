@@ -70,76 +70,88 @@ def _any(vectors):
     return functools.reduce(jnp.logical_or, vectors)
 
 
-# An array of the event log longer than this many rows is a C array in the
-# generated kernel (see _EventLog); a shorter one stays scalars, which a GPU
-# keeps in registers (the H100 figures of the shipped studies, whose logs
-# have at most 8 rows, were measured so).
+# An array of the event log (or of the samples) longer than this many rows is
+# a C array in the generated kernel (see _Rows); a shorter one stays scalars,
+# which a GPU keeps in registers (the H100 figures of the shipped studies,
+# whose logs have at most 8 rows, were measured so).
 SCALAR_LOG_ROWS = 16
 
 
-class _EventLog:
-    """A block's event log as the loop carries it: its arrays (EVENT_LOG) of
-    `rows` rows each, the state's rows of n_state components.
+class _Rows:
+    """Arrays of rows that a block's loop carries and writes a row at a time:
+    the event log (EVENT_LOG: an event's time, code and state) and the
+    samples (a sample time's state and mode). `layout`: name -> (rows, width:
+    the components of a row, 0 for a single value; dtype, blank value).
 
-    On a block of lanes (Pallas), a list of lane vectors a row, and the k-th
-    event written by a select on every row (per lane, k differs). Traced for
-    one point (one_point: the generated C, one thread a point), an array of
-    more than SCALAR_LOG_ROWS rows is written in place at the event's own row:
-    no work and no carried copy per step proportional to its rows (a log of
-    1,024 rows carried as scalars did not even compile). Its rows are then
-    read out once, after the loop, as lane vectors (what the finish reads)."""
+    On a block of lanes (Pallas), a list of lane vectors a row (a list of
+    `width` of them where width > 0), and the k-th row written by a select on
+    every row (per lane, k differs). Traced for one point (one_point: the
+    generated C, one thread a point), an array of more than SCALAR_LOG_ROWS
+    rows is written in place at its own row: no work and no carried copy per
+    step proportional to its rows (a log of 1,024 rows carried as scalars did
+    not even compile). Its rows are then read out once, after the loop, as
+    lane vectors (what the finish reads)."""
 
-    def __init__(self, rows: dict, n_state: int, dtype, lanes: int, one_point: bool):
-        self.rows, self.n_state, self.dtype, self.lanes = rows, n_state, dtype, lanes
-        self.arrays = {name: one_point and count > SCALAR_LOG_ROWS for name, count in rows.items()}
+    def __init__(self, layout: dict, lanes: int, one_point: bool):
+        self.layout, self.lanes = layout, lanes
+        self.rows = {name: rows for name, (rows, *_) in layout.items()}
+        self.arrays = {name: one_point and count > SCALAR_LOG_ROWS for name, count in self.rows.items()}
 
-    def _row_of(self, name, events):
-        """The row an event takes: its index, the last row once they are full."""
-        return jnp.minimum(events, self.rows[name] - 1)
+    def _row_of(self, name, k):
+        """The row the k-th write takes: k, the last row once they are full."""
+        return jnp.minimum(k, self.rows[name] - 1)
 
     def blank(self) -> dict:
-        """The log before any event (name -> its rows): NaN times and states, code -1."""
-        def blank(name, value, dtype, width=()):
+        """The arrays before any write (name -> its rows), each row its blank value."""
+        def blank(name, rows, width, dtype, value):
+            width = (width,) if width else ()
             if self.arrays[name]:
-                return jax.lax.full((self.rows[name], *width), value, dtype)
+                return jax.lax.full((rows, *width), value, dtype)
             row = jnp.full((self.lanes,), value, dtype)
-            return [[row] * width[0] if width else row for _ in range(self.rows[name])]
+            return [[row] * width[0] if width else row for _ in range(rows)]
 
-        return {"event_t": blank("event_t", jnp.nan, self.dtype), "event_code": blank("event_code", -1, jnp.int32),
-                "event_y": blank("event_y", jnp.nan, self.dtype, (self.n_state,))}
+        return {name: blank(name, *spec) for name, spec in self.layout.items()}
 
-    def record(self, log: dict, located, events, t, code, y) -> dict:
-        """The log with the event of each lane where `located` (its events-th) written."""
-        def record(name, array, values):
-            """values: the event's values a row holds (one, or the state's components)."""
-            if self.arrays[name]:  # one lane, and this runs only where it located its event
-                row = self._row_of(name, events[0])
-                if name != "event_y":
+    def write(self, arrays: dict, where, k, values: dict) -> dict:
+        """The arrays with row k of each lane written where `where`: values,
+        name -> the row's lane vectors (one, or its `width` components)."""
+        def write(name, array, values):
+            wide = self.layout[name][1] > 0
+            if self.arrays[name]:  # one lane, and this runs only where it writes
+                row = self._row_of(name, k[0])
+                if not wide:
                     return jax.lax.dynamic_update_slice(array, values[0], (row,))
                 for j, value in enumerate(values):
                     array = jax.lax.dynamic_update_slice(array, value.reshape(1, 1), (row, jnp.int32(j)))
                 return array
-            k = self._row_of(name, events)
-            written = [located & (k == r) for r in range(self.rows[name])]
-            if name != "event_y":
+            row = self._row_of(name, k)
+            written = [where & (row == r) for r in range(self.rows[name])]
+            if not wide:
                 return [jnp.where(w, values[0], v) for w, v in zip(written, array, strict=True)]
-            return [[jnp.where(w, a, b) for a, b in zip(values, row, strict=True)]
-                    for w, row in zip(written, array, strict=True)]
+            return [[jnp.where(w, a, b) for a, b in zip(values, old, strict=True)]
+                    for w, old in zip(written, array, strict=True)]
 
-        values = {"event_t": [t], "event_code": [code], "event_y": y}
-        return {name: record(name, array, values[name]) for name, array in log.items()}
+        return {name: write(name, array, values[name]) for name, array in arrays.items()}
 
-    def rows_of(self, log: dict) -> dict:
-        """The log's rows as lane vectors (event_y's: rows of n_state)."""
+    def rows_of(self, arrays: dict) -> dict:
+        """The arrays' rows as lane vectors (a wide array's: rows of its width)."""
         def rows(name, array):
             if not self.arrays[name]:
                 return array
-            if name != "event_y":
-                return [jax.lax.slice_in_dim(array, r, r + 1) for r in range(self.rows[name])]
-            return [[jax.lax.slice(array, (r, j), (r + 1, j + 1)).reshape(1) for j in range(self.n_state)]
-                    for r in range(self.rows[name])]
+            count, width = self.rows[name], self.layout[name][1]
+            if not width:
+                return [jax.lax.slice_in_dim(array, r, r + 1) for r in range(count)]
+            return [[jax.lax.slice(array, (r, j), (r + 1, j + 1)).reshape(1) for j in range(width)]
+                    for r in range(count)]
 
-        return {name: rows(name, array) for name, array in log.items()}
+        return {name: rows(name, array) for name, array in arrays.items()}
+
+
+def _event_log(rows: dict, n_state: int, dtype, lanes: int, one_point: bool) -> _Rows:
+    """A block's event log (EVENT_LOG, rows[name] rows each): NaN times and
+    states and code -1 before any event; the k-th event is row k."""
+    return _Rows({"event_t": (rows["event_t"], 0, dtype, jnp.nan), "event_code": (rows["event_code"], 0, jnp.int32, -1),
+                  "event_y": (rows["event_y"], n_state, dtype, jnp.nan)}, lanes, one_point)
 
 
 class LaneSolve:
@@ -264,12 +276,12 @@ class LaneSolve:
         of lane vectors.
 
         one_point: traced for one lane as the generated C (one thread a
-        point) runs it, with the event log held as arrays (see _EventLog)."""
+        point) runs it, with the event log held as arrays (see _Rows)."""
         dtype = self.dtype
         lanes = active.shape[0]
         if one_point and lanes != 1:
             raise ValueError(f"a solve traced for one point has one lane, not {lanes}")
-        log = _EventLog(self.rows, self.n_state, dtype, lanes, one_point)
+        log = _event_log(self.rows, self.n_state, dtype, lanes, one_point)
         t0 = jnp.zeros((lanes,), dtype)
         f0, g0, dg0, h0 = self.segment_start(t0, y0, mode0, args, horizon)
 
@@ -373,7 +385,7 @@ class LaneSolve:
         # one point a thread (the generated C), only at its own events.
         def fired():
             return self.event(code, t1, y1, mode, args, horizon) + (
-                log.record(s["log"], located, s["events"], t1, code, y1),)
+                log.write(s["log"], located, s["events"], {"event_t": [t1], "event_code": [code], "event_y": y1}),)
 
         def quiet():
             return (jnp.full_like(mode, -1), y1, mode, f1, g1, dg1, s["h"], s["log"])
