@@ -11,9 +11,10 @@ SOLVERS: dict[str, BatchSolver] = {s.name: s for s in (VmappedSolver(), LanesSol
 
 
 # The solvers that write a point's states at a sweep's sample times (`[save]
-# times`). A sampled sweep's default plan is the one without samples where its
-# solver is one of them, vmapped otherwise (make_plan).
-SAMPLING_SOLVERS = ("lanes", "vmapped")
+# times`): every one (the fused kernel from inside its solve, since issue 56). A
+# sampled sweep's default plan is the one without samples where its solver is
+# one of them, vmapped otherwise (make_plan): on a GPU the fused kernel.
+SAMPLING_SOLVERS = ("lanes", "vmapped", "fused")
 
 
 def writes_no_samples(solver: str) -> str:
@@ -90,7 +91,7 @@ def make_plan(
     """
     device = device or solving_device(study, points, detect(), detect("cpu"))
     name = solver or default_solver(study, device)
-    if sampled and not solver and name not in SAMPLING_SOLVERS:  # the fused kernel writes none yet
+    if sampled and not solver and name not in SAMPLING_SOLVERS:
         name = "vmapped"
     if name not in SOLVERS:
         raise ValueError(f"unknown batch solver {name!r} (known: {', '.join(SOLVERS)})")

@@ -6,7 +6,8 @@ solver), event detection and location (the rules of engine.solve.locate: the
 first crossing in the declared direction, a root at a segment's start not a
 crossing, the cubic's root then Newton re-steps as on the lanes), resets and
 mode switches, from the lane's start (state, mode, arguments, horizon) to
-its HybridSolution. The system's functions (vector fields, conditions,
+its HybridSolution, and, where the sweep samples times, its states there
+(_Samples). The system's functions (vector fields, conditions,
 targets, resets) are traced for one point and evaluated on lane vectors
 (engine.solve.kernel.jaxpr), so a state of n components is n lane vectors and
 everything here is elementwise.
@@ -32,7 +33,8 @@ import jax.numpy as jnp
 import engine.solve.kernel.pallas as backend
 from engine.solve import stepper
 from engine.solve.hybrid import _INACTIVE, EVENT_LOG, HybridSolution, HybridSystem, solution_shapes
-from engine.solve.kernel.jaxpr import LaneFunction, from_list, lane_vector
+from engine.solve.kernel.jaxpr import LaneFunction, Unfusable, constant, from_list, lane_vector
+from engine.solve.lanes.dense import ELEMENTWISE, first_sample, interpolation
 from engine.solve.lanes.state import _LOCATE_TRIES, _NONFINITE_SHRINK
 from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
 from engine.solve.solver_constants import solver_constants
@@ -154,6 +156,89 @@ def _event_log(rows: dict, n_state: int, dtype, lanes: int, one_point: bool) -> 
                   "event_y": (rows["event_y"], n_state, dtype, jnp.nan)}, lanes, one_point)
 
 
+class _Samples:
+    """A block's samples at the sweep's times (`[save] times`), written as the
+    lanes' steps pass them, by the lanes solver's rules (_Batch.sample): after
+    a step [t0, t1] (a regular step, or the re-step to a located crossing),
+    the states at the sample times in [t0, t1) from the step's dense output
+    (engine.solve.lanes.dense: the same polynomial, component by component);
+    at t1 itself the final state where the point ends there. A sample at an
+    event the motion goes on from is then the next segment's first (the state
+    after the reset); the times after the end stay NaN (mode -1).
+
+    The loop carries each lane's next sample (`sampled`) and its time
+    (`next_at`), so a step without a sample due costs one comparison; the
+    dense output is made once a step that has some."""
+
+    def __init__(self, times, solver: str, n_state: int, dtype, lanes: int, one_point: bool):
+        if solver not in ELEMENTWISE:
+            raise Unfusable(f"the kernel writes samples from the dense output of {' and '.join(ELEMENTWISE)}, "
+                            f"not of {solver}")
+        self.times, self.dtype, self.lanes, self.one_point = times, dtype, lanes, one_point
+        self.last = len(times) - 1
+        self.rows = _Rows({"saved_y": (len(times), n_state, dtype, jnp.nan),
+                           "saved_mode": (len(times), 0, jnp.int32, -1)}, lanes, one_point)
+        self.prepare, self.evaluate = interpolation(solver)
+
+    def _table(self):
+        """The times as one point reads them (the generated C): an array, written
+        once before the loop and carried by it (the C kernel's arrays are used
+        linearly: passed into a branch, an array from outside is read no more),
+        where there are more than SCALAR_LOG_ROWS (a select over every time's
+        literal would cost each sample that many operations); None where the
+        times are literals selected (_time_at)."""
+        if not (self.one_point and len(self.times) > SCALAR_LOG_ROWS):
+            return None
+        table = jax.lax.full((len(self.times),), 0, self.dtype)
+        for k, t in enumerate(self.times):
+            table = jax.lax.dynamic_update_slice(table, jnp.full((1,), t, self.dtype), (jnp.int32(k),))
+        return table
+
+    def _time_at(self, k, table):
+        """The sample time k of each lane (k past the last: the last)."""
+        k = jnp.minimum(k, self.last)
+        if table is not None:
+            return jax.lax.dynamic_slice(table, (k[0],), (1,))
+        return _pick([constant(t, self.dtype) for t in self.times], k)
+
+    def start(self) -> dict:
+        """The loop's samples before any step."""
+        k, table = jnp.full((self.lanes,), first_sample(self.times), jnp.int32), self._table()
+        return {"samples": self.rows.blank(), "sampled": k, "next_at": self._time_at(k, table), "times": table}
+
+    def after_step(self, s, taken, ends, t0, t1, y0, y1, stages, mode) -> dict:
+        """The loop's samples after the lanes' step [t0, t1] from y0 to y1, with
+        the vector field at each of its `stages`, in `mode`, where `taken`; the
+        point `ends` at t1 (its final state y1)."""
+        def due(k, at):
+            return taken & (k <= self.last) & ((at < t1) | (ends & (at == t1)))
+
+        def write():
+            dense = [self.prepare(t0, t1, a, b, list(ks)) for a, b, *ks in zip(y0, y1, *stages, strict=True)]
+
+            def one(carry):
+                samples, k, at, table = carry
+                writes = due(k, at)
+                y = [jnp.where(ends & (at == t1), end, self.evaluate(d, at)) for d, end in zip(dense, y1, strict=True)]
+                samples = self.rows.write(samples, writes, k, {"saved_y": y, "saved_mode": [mode]})
+                k = k + writes
+                return samples, k, jnp.where(writes, self._time_at(k, table), at), table
+
+            return jax.lax.while_loop(lambda c: backend.any_lane(due(c[1], c[2])), one, carry)
+
+        carry = (s["samples"], s["sampled"], s["next_at"], s["times"])
+        samples, k, at, table = jax.lax.cond(backend.any_lane(due(s["sampled"], s["next_at"])), write, lambda: carry)
+        return {"samples": samples, "sampled": k, "next_at": at, "times": table}
+
+    def solution(self, final: dict) -> dict:
+        """The solution's samples (HybridSolution's saved_t, saved_y, saved_mode)."""
+        rows = self.rows.rows_of(final["samples"])
+        shape = (len(self.times),)
+        return {"saved_t": from_list([constant(t, self.dtype) for t in self.times], shape),
+                "saved_y": from_list([v for row in rows["saved_y"] for v in row], shape + (len(rows["saved_y"][0]),)),
+                "saved_mode": from_list(rows["saved_mode"], shape)}
+
+
 class LaneSolve:
     """The hybrid solve of `system` on a block's lanes, for states of n_state
     components and the system's arguments shaped as `args` (a pytree of
@@ -191,10 +276,13 @@ class LaneSolve:
 
         self.tableau = solver_constants(settings.solver).tableau
         self.controller = Controller.of(settings)
+        # The sweep's sample times, sorted; None without samples (and then no
+        # sample code is traced: the kernel of a sweep without [save] is the same).
+        self.times = tuple(settings.save_times) or None
 
     def solution_shapes(self) -> HybridSolution:
         """The shapes and dtypes of a point's solution (what a finish reads)."""
-        return solution_shapes(jax.ShapeDtypeStruct((self.n_state,), self.dtype), self.rows)
+        return solution_shapes(jax.ShapeDtypeStruct((self.n_state,), self.dtype), self.rows, len(self.times or ()))
 
     # ---- the study's functions on lane vectors
 
@@ -231,12 +319,13 @@ class LaneSolve:
         """The vector field as the stepper calls it: of Components, to Components."""
         return lambda t, y: Components(self.field(t, list(y), mode, args))
 
-    def step(self, t0, t1, y0, f0, mode, args):
+    def step(self, t0, t1, y0, f0, mode, args, stages=False):
         """One Runge-Kutta step (engine.solve.stepper.step) on lane vectors: new
-        state, error estimate, and the vector field at the new state."""
-        y1, error, f1, _ = stepper.step(self.tableau, self._field(mode, args), t0, t1, Components(y0), Components(f0),
-                                        combine=chained)
-        return list(y1), list(error), list(f1)
+        state, error estimate, and the vector field at the new state (and, given
+        `stages`, at every stage: the step's dense output)."""
+        y1, error, f1, ks = stepper.step(self.tableau, self._field(mode, args), t0, t1, Components(y0), Components(f0),
+                                         combine=chained)
+        return (list(y1), list(error), list(f1)) + ((ks,) if stages else ())
 
     def adapt(self, t0, t1, y0, y1, y_error):
         """Accept the step?, and the next step's size (Controller.adapt)."""
@@ -282,6 +371,8 @@ class LaneSolve:
         if one_point and lanes != 1:
             raise ValueError(f"a solve traced for one point has one lane, not {lanes}")
         log = _event_log(self.rows, self.n_state, dtype, lanes, one_point)
+        samples = None if self.times is None else _Samples(self.times, self.settings.solver, self.n_state, dtype, lanes,
+                                                           one_point)
         t0 = jnp.zeros((lanes,), dtype)
         f0, g0, dg0, h0 = self.segment_start(t0, y0, mode0, args, horizon)
 
@@ -295,11 +386,14 @@ class LaneSolve:
             locating=full(False, bool), span=t0, code=zero, lo=t0, hi=t0, dt=t0, nudge=t0,
             creeping=full(False, bool), tries=zero,
         )
+        if samples is not None:
+            init.update(samples.start())
 
         def running(s):
             return backend.any_lane((s["status"] == Status.PENDING) & active)
 
-        final = jax.lax.while_loop(running, functools.partial(self.iteration, active, args, horizon, log), init)
+        final = jax.lax.while_loop(running, functools.partial(self.iteration, active, args, horizon, log, samples),
+                                   init)
         rows = log.rows_of(final["log"])
         solution = HybridSolution(
             t=from_list([final["t"]], ()), y=from_list(final["y"], (self.n_state,)),
@@ -308,10 +402,11 @@ class LaneSolve:
             num_events=from_list([final["events"]], ()), event_t=from_list(rows["event_t"], (self.rows["event_t"],)),
             event_y=from_list([v for row in rows["event_y"] for v in row], (self.rows["event_y"], self.n_state)),
             event_code=from_list(rows["event_code"], (self.rows["event_code"],)),
+            **({} if samples is None else samples.solution(final)),
         )
         return solution
 
-    def iteration(self, active, args, horizon, log, s):
+    def iteration(self, active, args, horizon, log, samples, s):
         """One Runge-Kutta step of every running lane: a regular adaptive step, or
         a re-step of a lane locating a crossing (the rules of lanes.py: a step that
         crossed a condition parks the lane to locate it; its Newton re-steps)."""
@@ -324,7 +419,7 @@ class LaneSolve:
         clipped = stepping & (s["h"] >= to_horizon)
         span = jnp.where(clipped, to_horizon, s["h"])
         t1 = jnp.where(s["locating"], t + s["dt"], jnp.where(clipped, horizon, t + span))
-        y1, y_error, f1 = self.step(t, t1, y, f, mode, args)
+        y1, y_error, f1, *stages = self.step(t, t1, y, f, mode, args, stages=samples is not None)
         g1, dg1 = self.conditions(t1, y1, f1, mode, args)
         finite = _all([jnp.isfinite(v) for v in y1])
         crossings = self.crossed(s["g"], g1)
@@ -409,7 +504,7 @@ class LaneSolve:
                     for a, b, c, d in zip(regular, on, after, before, strict=True)]
 
         zero = jnp.zeros_like(t)
-        return dict(
+        carry = dict(
             t=jnp.where(moves | located, t1, t),
             y=state(y1, y_next, y1, y),
             f=state(f1, f_next, None, f),
@@ -438,4 +533,9 @@ class LaneSolve:
             creeping=jnp.where(detect, False, jnp.where(locating, creep, s["creeping"])),
             tries=jnp.where(detect | switch, 0, jnp.where(locating, tries, s["tries"])),
         )
+        if samples is not None:  # the step taken: a regular one, or the re-step to a located crossing
+            taken = moves | located
+            carry.update(samples.after_step(s, taken, taken & (status != Status.PENDING), t, t1, y, y1, stages[0],
+                                            mode))
+        return carry
 
