@@ -19,7 +19,7 @@ SAMPLING_SOLVERS = ("lanes", "vmapped", "fused")
 
 def writes_no_samples(solver: str) -> str:
     """Why `solver` cannot solve a sweep with [save] times."""
-    return f"the {solver} solver does not yet write samples at [save] times (the {' and '.join(SAMPLING_SOLVERS)} " \
+    return f"the {solver} solver does not yet write samples at [save] times (the {', '.join(SAMPLING_SOLVERS)} " \
         "solvers do)"
 
 
