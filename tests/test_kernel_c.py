@@ -597,19 +597,34 @@ def _logged_ball():
     return ball.LOGGED
 
 
+def _sampled_ball():
+    from test_trajectories import SAMPLED_BALL
+
+    return SAMPLED_BALL
+
+
+# A sweep's sample times ([save] times): the kernel writes its samples from inside the solve.
+SAMPLED = {"save_times": tuple(np.linspace(0.0, 4.0, 201))}
+
+
 @pytest.mark.parametrize("study, settings", [
     (PINGPONG, SolverSettings()), (LANDING, SolverSettings()), (RESPONSE, RESPONSE_SETTINGS), (NATURAL, SETTINGS),
     (_logged_ball(), SolverSettings(rtol=1e-10, atol=1e-12, max_segments=1024)),
-], ids=lambda s: getattr(s, "name", ""))
+    (PINGPONG, SolverSettings(**SAMPLED)),
+    (_sampled_ball(), SolverSettings(rtol=1e-10, atol=1e-12, max_segments=64, **SAMPLED)),
+    (_sampled_ball(), SolverSettings(solver="Dopri5", max_segments=64, save_times=(0.0, 0.5, 1.0))),
+], ids=["pingpong", "landing", "response", "natural", "logged-ball", "pingpong-sampled", "ball-sampled",
+        "ball-sampled-dopri5-scalars"])
 def test_cuda_source_compiles_with_nvrtc(study, settings):
     """The source the CUDA backend compiles (kernel_source: the event log as
-    arrays), a log of 1,024 rows read in the kernel among them."""
+    arrays), a log of 1,024 rows read in the kernel among them; and kernels
+    writing samples (201 times: arrays; 3: scalars)."""
     _nvrtc_or_skip()
     from engine.solve.kernel.cuda import compile_cubin
 
     with float64_here():
         body = KernelBody(study.solve_point, settings, [p.name for p in study.parameters],
-                     tuple(o.name for o in study.outputs if not o.sampled), 1)  # the kernel writes no samples
+                          tuple(o.name for o in study.outputs if settings.save_times or not o.sampled), 1)
     source = kernel_source(body, None)
     cubin = compile_cubin(source, "sm_90")
     assert cubin[:4] == b"\x7fELF"
