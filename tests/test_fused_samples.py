@@ -164,16 +164,21 @@ def test_a_sampled_sweeps_default_plan_on_a_gpu_is_the_fused_kernel():
 def test_a_rolling_ball_sweep_on_the_host_kernel_matches_its_closed_form_in_any_shards(tmp_path, monkeypatch):
     """tests/test_trajectories.py's sweep (201 samples a point) with
     batch_solver = "fused": within 1e-9 of Gao's closed form, and the same
-    cube bit for bit in shards of one point."""
+    cube bit for bit in shards of one point, and in shards of two on two
+    worker processes (the local executor)."""
     monkeypatch.delenv("ROLLSWEEP_KERNEL_BACKEND", raising=False)
     engine.run(_sweep(tmp_path, "whole.zarr", run='batch_solver = "fused"'), progress=False)
     engine.run(_sweep(tmp_path, "one.zarr", run='batch_solver = "fused"\nshard_size = 1'), progress=False)
-    whole, one = engine.open_cube(tmp_path / "whole.zarr"), engine.open_cube(tmp_path / "one.zarr")
+    engine.run(_sweep(tmp_path, "workers.zarr", run='batch_solver = "fused"\nshard_size = 2'), executor="local",
+               workers=2, progress=False)
+    whole = engine.open_cube(tmp_path / "whole.zarr")
     times = whole.time.values
     for q in SPINS:
         exact = np.array([closed_form.centre(t, spin_ratio=q) for t in times])
         point = whole.sel(spin_ratio=q)
         np.testing.assert_allclose(point.x.values, exact[:, 0], rtol=0, atol=1e-9)
         np.testing.assert_allclose(point.x_dot.values, exact[:, 1], rtol=0, atol=1e-9)
-    for name in OUTPUTS:
-        np.testing.assert_array_equal(one[name].values, whole[name].values)
+    for cut in ("one.zarr", "workers.zarr"):
+        cube = engine.open_cube(tmp_path / cut)
+        for name in OUTPUTS:
+            np.testing.assert_array_equal(cube[name].values, whole[name].values, err_msg=f"{cut} {name}")
