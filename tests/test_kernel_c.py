@@ -410,7 +410,7 @@ def test_while_with_carried_ints_and_bools():
 
 
 def _log_loop(x, rows, branches_differ=False):
-    """An event log as the kernel carries it (engine.solve.kernel.system._EventLog):
+    """An event log as the kernel carries it (engine.solve.kernel.system._Rows):
     arrays filled once, then in a loop the k-th entry written in place where an
     `event` branch runs; read back one element at a time after the loop.
     branches_differ: the quiet branch returns a fresh array, not its operand's."""
@@ -451,6 +451,27 @@ def test_arrays_are_written_in_place_without_copies():
     copied = generate(lambda x: _log_loop(x, 6, True), [np.float64], [np.float64] * 6 + [np.int32] * 6).text
     # each branch copies its own into the branches' result, which the loop copies into its carry
     assert copied.count("[q] = a") == 3
+
+
+def test_an_array_a_loop_only_reads_in_a_branch_is_read_after_it():
+    """A table of values made before a loop that its body reads in a branch
+    (JAX makes a loop-invariant carry the loop's constant: the fused kernel's
+    sample times) is still the table after the loop and its branches."""
+    def table_reads(x):
+        table = lax.full((5,), 0.0, x.dtype)
+        for k in range(5):
+            table = lax.dynamic_update_slice(table, x * (k + 1), (jnp.int32(k),))
+
+        def body(c):
+            k, total, table = c
+            read = lax.cond(jnp.max((k % 2 == 0).astype(jnp.int32)) > 0,
+                            lambda: lax.dynamic_slice(table, (k[0],), (1,)), lambda: -x)
+            return k + 1, total + read, table
+
+        _, total, table = lax.while_loop(lambda c: c[0][0] < 5, body, (jnp.zeros((1,), jnp.int32), x, table))
+        return total, lax.slice_in_dim(table, 4, 5)
+
+    _same(table_reads, [np.array([1.5, -2.0, 0.25])], [np.float64, np.float64])
 
 
 def test_arrays_used_after_an_update_are_refused():

@@ -182,11 +182,12 @@ class _Samples:
 
     def _table(self):
         """The times as one point reads them (the generated C): an array, written
-        once before the loop and carried by it (the C kernel's arrays are used
-        linearly: passed into a branch, an array from outside is read no more),
-        where there are more than SCALAR_LOG_ROWS (a select over every time's
-        literal would cost each sample that many operations); None where the
-        times are literals selected (_time_at)."""
+        once before the loop and carried by it unchanged (JAX makes it the
+        loop's constant, which the C generator lets branches read), where there
+        are more than SCALAR_LOG_ROWS (a select over every time's literal would
+        cost each sample that many operations); None where the times are
+        literals selected (_time_at). A Pallas kernel cannot hold an array
+        constant, nor gather at each lane's own index: selects there."""
         if not (self.one_point and len(self.times) > SCALAR_LOG_ROWS):
             return None
         table = jax.lax.full((len(self.times),), 0, self.dtype)
