@@ -28,7 +28,9 @@ written one element at a time (`dynamic_update_slice`), read one element at
 a time (`slice`, `dynamic_slice`), and carried through loops and branches
 without a copy. Such an array is used linearly: once written, carried or
 passed on, its earlier value is never read again (checked as the C is
-written), so every update can be made in place.
+written), so every update can be made in place; passed to a loop or a branch
+that only reads it (the fused kernel's table of sample times), it stays
+readable after them.
 
 A value with more than one element elsewhere, a dtype without a C type, or a
 primitive without a rule is refused (KernelUnsupported, an Unfusable naming
