@@ -12,6 +12,7 @@ import os
 import sys
 
 import bouncing_ball as ball
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from test_kernel_c import pytestmark as needs_cc  # a C compiler to build the host kernel
@@ -133,6 +134,38 @@ def test_a_points_samples_do_not_depend_on_its_batch(solved):
     alone = _solve("fused", times, {k: v[2:3] for k, v in COLUMNS.items()})
     for name in SELECTED:
         np.testing.assert_array_equal(alone.outputs[name][0], fused.outputs[name][2], err_msg=f"{backend} {name}")
+
+
+def _finish_outside(p, sol, settings):
+    result = _finish(p, sol, settings)
+    # the time of the highest sample: an argmax, which the kernel cannot take
+    result.outputs["highest_at"] = jnp.nan if sol.saved_y is None else sol.saved_t[
+        jnp.argmax(jnp.nan_to_num(sol.saved_y[:, 0], nan=-jnp.inf))]
+    return result
+
+
+OUTSIDE = dataclasses.replace(
+    BALL, name="bouncing_ball_sampled_outside",
+    outputs=BALL.outputs + (Output("highest_at", "s", "the time of its highest sample"),),
+    solve_point=HybridPoint(ball.SYSTEM, ball._start, _finish_outside))
+
+
+def test_a_finish_outside_the_kernel_reads_the_samples_and_their_times(monkeypatch):
+    """The kernel writes the samples the finish reads as columns, the finish
+    runs after it (XLA), the times put back: the lanes' results."""
+    from engine.solve import SOLVERS
+
+    monkeypatch.delenv("ROLLSWEEP_KERNEL_BACKEND", raising=False)
+    names = [p.name for p in OUTSIDE.parameters]
+    assert "finish" in KernelBody(OUTSIDE.solve_point, _settings(GRIDS["host"]), names, SELECTED + ("highest_at",),
+                                  1).outside
+    assert SOLVERS["fused"].unsupported(OUTSIDE) is None
+    fused, lanes = (evaluate(OUTSIDE, _settings(GRIDS["host"]), COLUMNS, outputs=SELECTED + ("highest_at",),
+                             plan=make_plan(OUTSIDE, solver=solver, points=len(HEIGHTS), sampled=True))
+                    for solver in ("fused", "lanes"))
+    np.testing.assert_array_equal(fused.outputs["highest_at"], lanes.outputs["highest_at"])
+    assert set(fused.outputs["highest_at"]) <= set(GRIDS["host"]) and fused.outputs["highest_at"][0] == 0.0
+    np.testing.assert_allclose(fused.outputs["height"], lanes.outputs["height"], rtol=0, atol=1e-12)
 
 
 def test_a_sweep_without_samples_generates_no_sample_code():
