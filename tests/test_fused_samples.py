@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from test_kernel_c import pytestmark as needs_cc  # a C compiler to build the host kernel
-from test_trajectories import OUTPUTS, SAMPLED_BALL, SPINS, _bouncing, _finish_sampled, _impacts, _sweep
+from test_trajectories import OUTPUTS, SAMPLED_BALL, SPINS, _bouncing, _impacts, _sweep
 
 import engine
 from engine import HybridPoint, Output, SolverSettings
@@ -38,17 +38,20 @@ GRIDS = {"host": np.linspace(0.0, 3.0, 97), "pallas": np.linspace(0.0, 3.0, 25)}
 SELECTED = ("rest_time", "first_impact", "height", "speed")
 
 
-def _finish(p, sol, settings):
-    result = _finish_sampled(p, sol, settings)
-    result.outputs["first_impact"] = sol.event_t[0]
-    return result
+def _with_output(study, name: str, output: Output, value):
+    """`study` (the sampled ball) with one output more: value(params, solution)."""
+    def finish(p, sol, settings):
+        result = study.solve_point.finish(p, sol, settings)
+        result.outputs[output.name] = value(p, sol)
+        return result
+
+    return dataclasses.replace(study, name=name, outputs=study.outputs + (output,),
+                               solve_point=HybridPoint(ball.SYSTEM, ball._start, finish))
 
 
 # The sampled ball, with its first impact's time (what a sample at an event's time needs).
-BALL = dataclasses.replace(
-    SAMPLED_BALL, name="bouncing_ball_sampled_impact",
-    outputs=SAMPLED_BALL.outputs + (Output("first_impact", "s", "time of the first impact"),),
-    solve_point=HybridPoint(ball.SYSTEM, ball._start, _finish))
+BALL = _with_output(SAMPLED_BALL, "bouncing_ball_sampled_impact",
+                    Output("first_impact", "s", "time of the first impact"), lambda p, sol: sol.event_t[0])
 
 
 def _settings(times):
@@ -136,18 +139,10 @@ def test_a_points_samples_do_not_depend_on_its_batch(solved):
         np.testing.assert_array_equal(alone.outputs[name][0], fused.outputs[name][2], err_msg=f"{backend} {name}")
 
 
-def _finish_outside(p, sol, settings):
-    result = _finish(p, sol, settings)
-    # the time of the highest sample: an argmax, which the kernel cannot take
-    result.outputs["highest_at"] = jnp.nan if sol.saved_y is None else sol.saved_t[
-        jnp.argmax(jnp.nan_to_num(sol.saved_y[:, 0], nan=-jnp.inf))]
-    return result
-
-
-OUTSIDE = dataclasses.replace(
-    BALL, name="bouncing_ball_sampled_outside",
-    outputs=BALL.outputs + (Output("highest_at", "s", "the time of its highest sample"),),
-    solve_point=HybridPoint(ball.SYSTEM, ball._start, _finish_outside))
+# The time of its highest sample: an argmax, which the kernel cannot take.
+OUTSIDE = _with_output(BALL, "bouncing_ball_sampled_outside", Output("highest_at", "s", "its highest sample's time"),
+                       lambda p, sol: jnp.nan if sol.saved_y is None else sol.saved_t[
+                           jnp.argmax(jnp.nan_to_num(sol.saved_y[:, 0], nan=-jnp.inf))])
 
 
 def test_a_finish_outside_the_kernel_reads_the_samples_and_their_times(monkeypatch):
