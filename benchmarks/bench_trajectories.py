@@ -23,8 +23,10 @@ alike):
    the default plan for the sweep: on CPU the lanes solver) with samples,
    against the same calls without them (the sampled outputs not selected, no
    save_times: the default plan there, the lanes too); and the vmapped
-   solver's calls with and without samples; the project's target: with
-   samples at least 0.67x without, on the same solver;
+   solver's and the fused solver's (on CPU its host kernel, the generated C,
+   writing the samples from inside the kernel) calls with and without
+   samples; the project's target: with samples at least 0.67x without, on
+   the same solver;
 3. end to end (rolling ball): `rollsweep run` of the sampled sweep on the
    default path (no shard_size, no batch_size), a whole process, against its
    peer: numba, Dormand-Prince 5(4) with Hairer's PI step-size control, the
@@ -408,6 +410,31 @@ def compiled_calls(study, columns, outputs, sampled, solver=None):
     return run, plan
 
 
+# The solvers whose compiled calls with and without samples are compared, beside the default plan's.
+SOLVER_PAIRS = ("vmapped", "fused")
+
+
+def solver_pairs(methods: dict, study, columns, scalars, sampled) -> dict:
+    """Each of SOLVER_PAIRS' compiled calls with the `sampled` outputs and
+    without them (`scalars` alone, no save_times), into `methods`: solver ->
+    (the label with, the label without)."""
+    pairs = {}
+    for solver in SOLVER_PAIRS:
+        with_samples, plan = compiled_calls(study, columns, scalars + sampled, sampled=True, solver=solver)
+        kernel = ", the host kernel" if solver == "fused" and not plan.device.accelerator else ""
+        labels = (f"engine: compiled calls with samples ({solver}{kernel}, batch {plan.batch:,})",
+                  f"engine: same calls without samples ({solver}{kernel}, batch {plan.batch:,})")
+        methods[labels[0]] = with_samples
+        methods[labels[1]] = compiled_calls(study, columns, scalars, sampled=False, solver=solver)[0]
+        pairs[solver] = labels
+    return pairs
+
+
+def pair_ratios(times, pairs: dict) -> dict:
+    """solver -> the median of the rounds' ratios of its calls with samples to without."""
+    return {solver: median_ratio(times, *labels) for solver, labels in pairs.items()}
+
+
 def max_segments_of(study) -> int:
     from engine import SolverSettings
 
@@ -564,12 +591,7 @@ def rolling_table(points: int, rounds: int) -> dict:
         calls_without = (f"engine: same calls without samples ({plan.solver.name}, batch {plan.batch:,}; "
                          "default plan)")
         methods[calls_without] = without
-        vmapped_with, plan = compiled_calls(STUDY, columns, SCALARS + SAMPLED, sampled=True, solver="vmapped")
-        calls_vmapped_with = f"engine: compiled calls with samples ({plan.solver.name}, batch {plan.batch:,})"
-        methods[calls_vmapped_with] = vmapped_with
-        vmapped, plan = compiled_calls(STUDY, columns, SCALARS, sampled=False, solver="vmapped")
-        calls_vmapped = f"engine: same calls without samples ({plan.solver.name}, batch {plan.batch:,})"
-        methods[calls_vmapped] = vmapped
+        pairs = solver_pairs(methods, STUDY, columns, SCALARS, SAMPLED)
         times_, values = alternate(methods, rounds, failed)
         if run_label not in failed:
             found = cube_values(out)
@@ -597,8 +619,7 @@ def rolling_table(points: int, rounds: int) -> dict:
     print_table(title, rows, reference, ("median round ratio", "max |x err| (m)", "max |x_dot err| (m/s)",
                                          "steps a point"))
     print(f"closed form: tests/pingpong_closed_form.py at every point and sample ({reference_seconds:.1f} s)")
-    return {"rolling ball": (median_ratio(times_, calls_with, calls_without),
-                             median_ratio(times_, calls_vmapped_with, calls_vmapped),
+    return {"rolling ball": (median_ratio(times_, calls_with, calls_without), pair_ratios(times_, pairs),
                              median_ratio(times_, run_label, peer_label) if peer is not None else math.nan)}
 
 
@@ -619,12 +640,7 @@ def bouncing_table(grid: int, rounds: int) -> dict:
     without, plan = compiled_calls(study, columns, scalars, sampled=False)
     calls_without = f"engine: same calls without samples ({plan.solver.name}, batch {plan.batch:,}; default plan)"
     methods[calls_without] = without
-    vmapped_with, plan = compiled_calls(study, columns, scalars + ("height", "speed"), sampled=True, solver="vmapped")
-    calls_vmapped_with = f"engine: compiled calls with samples ({plan.solver.name}, batch {plan.batch:,})"
-    methods[calls_vmapped_with] = vmapped_with
-    vmapped, plan = compiled_calls(study, columns, scalars, sampled=False, solver="vmapped")
-    calls_vmapped = f"engine: same calls without samples ({plan.solver.name}, batch {plan.batch:,})"
-    methods[calls_vmapped] = vmapped
+    pairs = solver_pairs(methods, study, columns, scalars, ("height", "speed"))
     times_, values = alternate(methods, rounds, failed)
 
     def errors_of(found):
@@ -646,8 +662,7 @@ def bouncing_table(grid: int, rounds: int) -> dict:
                                              "steps a point"))
     print(f"closed form: parabolas between the impacts; {int(near.sum()):,} of {near.size:,} samples within "
           f"{NEAR_IMPACT:g} s of an impact left out (either side may hold there)")
-    return {"bouncing ball": (median_ratio(times_, calls_with, calls_without),
-                              median_ratio(times_, calls_vmapped_with, calls_vmapped), math.nan)}
+    return {"bouncing ball": (median_ratio(times_, calls_with, calls_without), pair_ratios(times_, pairs), math.nan)}
 
 
 def main():
@@ -663,10 +678,11 @@ def main():
     ratios |= bouncing_table(args.grid, args.rounds)
     print(f"\nthe cost of samples: compiled calls with samples against without, points/s, median of the rounds' "
           f"ratios (target: with >= {TARGET}x without):")
-    for study, (default, vmapped, peer) in ratios.items():
+    for study, (default, solvers, peer) in ratios.items():
         print(f"  {study}: the default plan {default:.3g}x without samples"
-              f"{'' if default >= TARGET else '  [below the target]'}; vmapped {vmapped:.3g}x"
-              f"{'' if vmapped >= TARGET else '  [below the target]'}")
+              f"{'' if default >= TARGET else '  [below the target]'}" + "".join(
+                  f"; {solver} {ratio:.3g}x{'' if ratio >= TARGET else '  [below the target]'}"
+                  for solver, ratio in solvers.items()))
         if not math.isnan(peer):
             print(f"  {study}: rollsweep run on the default path {peer:.3g}x the numba peer end to end "
                   f"(target: >= 1x){'' if peer >= 1 else '  [below the target]'}")

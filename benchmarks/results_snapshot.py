@@ -38,7 +38,7 @@ def save(path: str) -> None:
     import engine
     from engine._jax_setup import configure
     from engine.solve import evaluate, make_plan
-    from engine.solve.plan import SAMPLING_SOLVERS, SOLVERS
+    from engine.solve.plan import SOLVERS, writes_samples
 
     configure()  # float64, as a run has it
     arrays = {}
@@ -53,7 +53,8 @@ def save(path: str) -> None:
                 arrays |= {f"cube/{demo}/{v}": np.asarray(cube[v].values) for v in sorted(cube.data_vars)}
                 params = demo_grid(sweep)
                 for solver, implementation in SOLVERS.items():
-                    if implementation.unsupported(study) or (sweep.save_times and solver not in SAMPLING_SOLVERS):
+                    samples_unwritten = sweep.save_times and not writes_samples(solver, sweep.solver.solver)
+                    if implementation.unsupported(study) or samples_unwritten:
                         continue
                     for backend in KERNEL_BACKENDS if solver == "fused" else (None,):
                         if backend:

@@ -315,8 +315,10 @@ CUDA_PLUGIN = importlib.util.find_spec("jax_cuda12_plugin") is not None or bool(
     # Without the weave eigenvalue, the bicycle's finish runs in the kernel.
     (BICYCLE_RESPONSE, ("fall_time", "lean_extrema", "weave_period"), SolverSettings(t_max=5.0, max_segments=24)),
     (UNFUSABLE_ENDS, ("last_zero", "period"), SolverSettings()),
+    # Samples at [save] times written from inside the kernel (a select a sample time and row).
+    (PINGPONG, ("x", "x_dot", "stop_time"), SolverSettings(save_times=tuple(np.linspace(0.0, 4.0, 21)))),
 ], ids=["pingpong", "pingpong-dopri8-float32", "ball", "block", "landing", "bicycle-response",
-        "bicycle-response-finish-inside", "outside-ends"])
+        "bicycle-response-finish-inside", "outside-ends", "pingpong-sampled"])
 def test_kernel_lowers_for_cuda(study, selected, settings):
     """The whole batch function exported for CUDA: the kernel is one Triton
     custom call (what Triton cannot lower fails here, not on the GPU); a start

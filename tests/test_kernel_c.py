@@ -410,7 +410,7 @@ def test_while_with_carried_ints_and_bools():
 
 
 def _log_loop(x, rows, branches_differ=False):
-    """An event log as the kernel carries it (engine.solve.kernel.system._EventLog):
+    """An event log as the kernel carries it (engine.solve.kernel.system._Rows):
     arrays filled once, then in a loop the k-th entry written in place where an
     `event` branch runs; read back one element at a time after the loop.
     branches_differ: the quiet branch returns a fresh array, not its operand's."""
@@ -451,6 +451,27 @@ def test_arrays_are_written_in_place_without_copies():
     copied = generate(lambda x: _log_loop(x, 6, True), [np.float64], [np.float64] * 6 + [np.int32] * 6).text
     # each branch copies its own into the branches' result, which the loop copies into its carry
     assert copied.count("[q] = a") == 3
+
+
+def test_an_array_a_loop_only_reads_in_a_branch_is_read_after_it():
+    """A table of values made before a loop that its body reads in a branch
+    (JAX makes a loop-invariant carry the loop's constant: the fused kernel's
+    sample times) is still the table after the loop and its branches."""
+    def table_reads(x):
+        table = lax.full((5,), 0.0, x.dtype)
+        for k in range(5):
+            table = lax.dynamic_update_slice(table, x * (k + 1), (jnp.int32(k),))
+
+        def body(c):
+            k, total, table = c
+            read = lax.cond(jnp.max((k % 2 == 0).astype(jnp.int32)) > 0,
+                            lambda: lax.dynamic_slice(table, (k[0],), (1,)), lambda: -x)
+            return k + 1, total + read, table
+
+        _, total, table = lax.while_loop(lambda c: c[0][0] < 5, body, (jnp.zeros((1,), jnp.int32), x, table))
+        return total, lax.slice_in_dim(table, 4, 5)
+
+    _same(table_reads, [np.array([1.5, -2.0, 0.25])], [np.float64, np.float64])
 
 
 def test_arrays_used_after_an_update_are_refused():
@@ -597,19 +618,34 @@ def _logged_ball():
     return ball.LOGGED
 
 
+def _sampled_ball():
+    from test_trajectories import SAMPLED_BALL
+
+    return SAMPLED_BALL
+
+
+# A sweep's sample times ([save] times): the kernel writes its samples from inside the solve.
+SAMPLED = {"save_times": tuple(np.linspace(0.0, 4.0, 201))}
+
+
 @pytest.mark.parametrize("study, settings", [
     (PINGPONG, SolverSettings()), (LANDING, SolverSettings()), (RESPONSE, RESPONSE_SETTINGS), (NATURAL, SETTINGS),
     (_logged_ball(), SolverSettings(rtol=1e-10, atol=1e-12, max_segments=1024)),
-], ids=lambda s: getattr(s, "name", ""))
+    (PINGPONG, SolverSettings(**SAMPLED)),
+    (_sampled_ball(), SolverSettings(rtol=1e-10, atol=1e-12, max_segments=64, **SAMPLED)),
+    (_sampled_ball(), SolverSettings(solver="Dopri5", max_segments=64, save_times=(0.0, 0.5, 1.0))),
+], ids=["pingpong", "landing", "response", "natural", "logged-ball", "pingpong-sampled", "ball-sampled",
+        "ball-sampled-dopri5-scalars"])
 def test_cuda_source_compiles_with_nvrtc(study, settings):
     """The source the CUDA backend compiles (kernel_source: the event log as
-    arrays), a log of 1,024 rows read in the kernel among them."""
+    arrays), a log of 1,024 rows read in the kernel among them; and kernels
+    writing samples (201 times: arrays; 3: scalars)."""
     _nvrtc_or_skip()
     from engine.solve.kernel.cuda import compile_cubin
 
     with float64_here():
         body = KernelBody(study.solve_point, settings, [p.name for p in study.parameters],
-                     tuple(o.name for o in study.outputs if not o.sampled), 1)  # the kernel writes no samples
+                          tuple(o.name for o in study.outputs if settings.save_times or not o.sampled), 1)
     source = kernel_source(body, None)
     cubin = compile_cubin(source, "sm_90")
     assert cubin[:4] == b"\x7fELF"

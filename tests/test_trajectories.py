@@ -242,8 +242,17 @@ def test_a_sweep_without_save_keeps_its_outputs_and_its_identity():
     assert "save_times" not in sweep.canonical()["solver"]
 
 
+@pytest.fixture
+def fused_writes_no_samples(monkeypatch):
+    """A solver that writes no samples, as the fused one did before issue 56
+    (every solver writes them now: the refusal stays for one that will not)."""
+    import engine.solve.plan as plan_module
+
+    monkeypatch.setattr(plan_module, "SAMPLING_SOLVERS", ("lanes", "vmapped"))
+
+
 @pytest.mark.parametrize("solver", ["fused"])
-def test_solvers_that_write_no_samples_are_refused_naming_the_key(tmp_path, solver):
+def test_solvers_that_write_no_samples_are_refused_naming_the_key(tmp_path, solver, fused_writes_no_samples):
     sweep = _sweep(tmp_path, run=f'batch_solver = "{solver}"')
     with pytest.raises(ConfigError, match=rf"run.batch_solver.*the {solver} solver does not yet write samples"):
         engine.run(sweep, progress=False)
@@ -331,7 +340,7 @@ def test_a_study_with_a_parameter_named_sample_sweeps_it_as_an_axis(tmp_path):
     assert select_point(sweep, [], 1)["sample"] == 2.0
 
 
-def test_evaluate_on_a_plan_that_writes_no_samples_is_refused():
+def test_evaluate_on_a_plan_that_writes_no_samples_is_refused(fused_writes_no_samples):
     """A notebook's evaluate with sample times on a fused plan made without
     sampled=True: one error, not a finish reading samples that are not there."""
     study = engine.load_study("pingpong")

@@ -55,7 +55,8 @@ def plan_for(sweep: Sweep) -> Plan:
     sweep's error (`run.batch_solver`), raised before anything is written."""
     try:
         return make_plan(sweep.study, solver=sweep.batch_solver, batch=sweep.batch_size,
-                         points=math.prod(sweep.shape), sampled=bool(sweep.save_times))
+                         points=math.prod(sweep.shape), sampled=bool(sweep.save_times),
+                         integrator=sweep.solver.solver)
     except ValueError as error:
         if sweep.batch_solver is None:
             raise

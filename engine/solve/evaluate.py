@@ -22,7 +22,7 @@ from engine._jax_setup import float64_here
 from engine.solve._host_memory import keep_freed_memory
 from engine.solve.base import Plan
 from engine.solve.device import current_device, on_platform
-from engine.solve.plan import SAMPLING_SOLVERS, make_plan, writes_no_samples
+from engine.solve.plan import make_plan, writes_no_samples, writes_samples
 from engine.solve.staging import PINNED_RESULTS as PINNED_RESULTS
 from engine.solve.staging import (
     Staging,
@@ -95,8 +95,8 @@ def _compiled(study, settings: SolverSettings, selected: tuple[str, ...], plan: 
     `staging`: the inputs and results moved inside the call, through the
     host's pinned memory (engine.solve.staging; around the exported program,
     which stays the same)."""
-    if settings.save_times and plan.solver.name not in SAMPLING_SOLVERS:  # a plan made without sampled=True
-        raise ValueError(writes_no_samples(plan.solver.name))
+    if settings.save_times and not writes_samples(plan.solver.name, settings.solver):  # a plan made without sampled
+        raise ValueError(writes_no_samples(plan.solver.name, settings.solver))
     if not plan.device.accelerator:
         keep_freed_memory()  # else every call faults its buffers in afresh (engine.solve._host_memory)
     lock, ready, loaded = threading.Lock(), threading.Event(), threading.Event()
@@ -408,7 +408,8 @@ def evaluate(
     called from (_in_settings_and_plan).
     """
     if plan is None:
-        plan = make_plan(study, solver=solver, batch=batch_size, width=width, sampled=bool(settings.save_times))
+        plan = make_plan(study, solver=solver, batch=batch_size, width=width, sampled=bool(settings.save_times),
+                         integrator=settings.solver)
     return Queued(study, settings, params, outputs, plan, empty).result()
 
 

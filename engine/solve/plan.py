@@ -11,14 +11,29 @@ SOLVERS: dict[str, BatchSolver] = {s.name: s for s in (VmappedSolver(), LanesSol
 
 
 # The solvers that write a point's states at a sweep's sample times (`[save]
-# times`). A sampled sweep's default plan is the one without samples where its
-# solver is one of them, vmapped otherwise (make_plan).
-SAMPLING_SOLVERS = ("lanes", "vmapped")
+# times`): every one (the fused kernel from inside its solve, since issue 56). A
+# sampled sweep's default plan is the one without samples where its solver is
+# one of them, vmapped otherwise (make_plan): on a GPU the fused kernel.
+SAMPLING_SOLVERS = ("lanes", "vmapped", "fused")
 
 
-def writes_no_samples(solver: str) -> str:
-    """Why `solver` cannot solve a sweep with [save] times."""
-    return f"the {solver} solver does not yet write samples at [save] times (the {' and '.join(SAMPLING_SOLVERS)} " \
+def writes_samples(solver: str, integrator: str) -> bool:
+    """Whether `solver` writes the samples of a sweep whose [solver] is
+    `integrator`: the fused kernel reads them from the dense output of the
+    integrators written out elementwise (engine.solve.lanes.dense.ELEMENTWISE)."""
+    from engine.solve.lanes.dense import ELEMENTWISE
+
+    return solver in SAMPLING_SOLVERS and (solver != "fused" or integrator in ELEMENTWISE)
+
+
+def writes_no_samples(solver: str, integrator: str = "Tsit5") -> str:
+    """Why `solver` cannot solve a sweep with [save] times (of `integrator`)."""
+    if solver in SAMPLING_SOLVERS:
+        from engine.solve.lanes.dense import ELEMENTWISE
+
+        return f"the {solver} solver writes samples at [save] times from the dense output of " \
+            f"{' and '.join(ELEMENTWISE)} only, not {integrator}'s"
+    return f"the {solver} solver does not yet write samples at [save] times (the {', '.join(SAMPLING_SOLVERS)} " \
         "solvers do)"
 
 
@@ -77,6 +92,7 @@ def make_plan(
     width: int | None = None,
     points: int | None = None,
     sampled: bool = False,
+    integrator: str = "Tsit5",
 ) -> Plan:
     """The plan for solving `study` on `device` (default: this process's).
 
@@ -86,16 +102,17 @@ def make_plan(
     `solving_device`). The batch never depends on the shard size: a point's result must
     not depend on how the grid was cut (XLA compiles other programs for other
     shapes, and their roundings can differ). On CPU, batch and width are whole
-    vectors (see engine.solve.base.VECTOR).
+    vectors (see engine.solve.base.VECTOR). sampled: the sweep has [save]
+    times, read from the dense output of its [solver] `integrator`.
     """
     device = device or solving_device(study, points, detect(), detect("cpu"))
     name = solver or default_solver(study, device)
-    if sampled and not solver and name not in SAMPLING_SOLVERS:  # the fused kernel writes none yet
+    if sampled and not solver and not writes_samples(name, integrator):
         name = "vmapped"
     if name not in SOLVERS:
         raise ValueError(f"unknown batch solver {name!r} (known: {', '.join(SOLVERS)})")
-    if sampled and name not in SAMPLING_SOLVERS:
-        raise ValueError(writes_no_samples(name))
+    if sampled and not writes_samples(name, integrator):
+        raise ValueError(writes_no_samples(name, integrator))
     implementation = SOLVERS[name]
     reason = implementation.unsupported(study)
     if reason:

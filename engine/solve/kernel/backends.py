@@ -128,7 +128,8 @@ def kernel_backend(study, platform: str = "gpu", settings=None, selected=None, r
     from engine.sweep.settings import SolverSettings
 
     settings = settings or SolverSettings()
-    selected = tuple(selected or (o.name for o in study.outputs if not o.sampled))  # the kernel writes no samples
+    # a sampled output only where the settings sample times
+    selected = tuple(selected or (o.name for o in study.outputs if settings.save_times or not o.sampled))
     with float64_here():
         body = KernelBody(study.solve_point, settings, [p.name for p in study.parameters], selected, 1)
         return choose(body, platform, request=request)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 
 import engine.solve.kernel.pallas as backend
 from engine.errors import PLEASE_REPORT
+from engine.pytree import replace
 from engine.solve.hybrid import HybridPoint, Start
 from engine.solve.kernel.columns import Columns
 from engine.solve.kernel.jaxpr import LaneFunction, Unfusable, lane_vector, read_leaves, subjaxprs
@@ -105,7 +106,7 @@ class KernelBody:
             self.results = Columns(jax.eval_shape(finish_selected, params, solution))
         else:  # the solution's fields the finish reads (a field it never reads is not written)
             reads = read_leaves(finish_selected, params, solution)[len(params):]
-            self.results = Columns(solution, keep=reads)
+            self.results = Columns(solution, keep=_not_times(solution, reads))
         self.reads_params = self.lane_start is not None or self.lane_finish is not None
 
     # ---- the XLA around the kernel (whole batches)
@@ -132,7 +133,11 @@ class KernelBody:
         batch's first `points` safe parameters)."""
         if self.lane_finish is not None:
             return self.results.unpack(columns, points)
-        return jax.vmap(self._finish)(params, self.results.unpack(columns, points))
+        solution = self.results.unpack(columns, points)
+        if solution.saved_t is not None:
+            times = jnp.asarray(self.solve.times, self.dtype)
+            solution = replace(solution, saved_t=jnp.broadcast_to(times, (points,) + times.shape))
+        return jax.vmap(self._finish)(params, solution)
 
     # ---- the kernel's body (one block of lane vectors)
 
@@ -161,6 +166,16 @@ class KernelBody:
         if self.lane_finish is None:
             return self.results.lane_vectors(solution, lanes)
         return self.results.lane_vectors(self.lane_finish(params, solution, lanes=lanes), lanes)
+
+
+def _not_times(solution, keep: list) -> list:
+    """`keep` (a flag for each leaf of the solution) with the sample times'
+    unset: they are the sweep's, every point's the same, so the kernel does
+    not write them out (KernelBody.results_of puts them back)."""
+    if solution.saved_t is None:
+        return keep
+    flags = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(solution), keep)
+    return jax.tree_util.tree_leaves(replace(flags, saved_t=False))
 
 
 def unexpected(error: Exception) -> str:

@@ -28,7 +28,9 @@ written one element at a time (`dynamic_update_slice`), read one element at
 a time (`slice`, `dynamic_slice`), and carried through loops and branches
 without a copy. Such an array is used linearly: once written, carried or
 passed on, its earlier value is never read again (checked as the C is
-written), so every update can be made in place.
+written), so every update can be made in place; passed to a loop or a branch
+that only reads it (the fused kernel's table of sample times), it stays
+readable after them.
 
 A value with more than one element elsewhere, a dtype without a C type, or a
 primitive without a rule is refused (KernelUnsupported, an Unfusable naming
@@ -610,6 +612,7 @@ def _while(em, eqn, ins):
         raise KernelUnsupported("a loop carries one array twice; the C kernel updates its arrays in place")
     carry = [atom if array else em.define(v.aval.dtype, atom, mutable=True)
              for v, atom, array in zip(eqn.outvars, init, arrays, strict=True)]
+    holders = {atom: em.owner.get(atom) for atom in list(cond_consts) + list(body_consts)}
     em.line("for (;;) {")
     em.depth += 1
     (pred,) = _closed_with(em, cond, list(cond_consts) + carry)
@@ -631,6 +634,8 @@ def _while(em, eqn, ins):
             em.copy(name, atom, _size(v.aval))
     em.depth -= 1
     em.line("}")
+    # The loop only read its constants (checked above): they are still their holders' to read.
+    em.owner.update({atom: var for atom, var in holders.items() if var is not None})
     return carry
 
 
@@ -657,10 +662,11 @@ def _cond(em, eqn, ins):
     index, *operands = ins
     branches = eqn.params["branches"]
     owners = dict(em.owner)
-    emitted = []
+    emitted, read_only = [], set(operands)
     for branch in branches:  # each from the same arrays, in lines of its own
         em.owner = dict(owners)
         emitted.append(em.branch(branch, operands))
+        read_only &= _only_read(em, branch, operands, emitted[-1][1])
     outs = []
     for j, v in enumerate(eqn.outvars):
         results = {outs_[j] for _, outs_ in emitted}
@@ -692,8 +698,19 @@ def _cond(em, eqn, ins):
                 em.copy(name, atom, _size(v.aval))
         em.depth -= 1
     em.line("}")
-    em.owner = {name: var for name, var in em.owner.items() if name not in operands}  # passed on, read no more
+    # Passed on, read no more; but an array every branch only read keeps its value
+    # (a loop-invariant array JAX made a loop's constant, read in a branch of its body).
+    em.owner = {name: var for name, var in em.owner.items() if name not in operands}
+    em.owner.update({name: owners[name] for name in read_only if name in owners})
     return outs
+
+
+def _only_read(em, closed, operands, results) -> set:
+    """The arrays among `operands` that a branch just emitted only read: still
+    held by its inputs, and not among its results."""
+    jaxpr = closed.jaxpr if isinstance(closed, jex_core.ClosedJaxpr) else closed
+    return {atom for var, atom in zip(jaxpr.invars, operands, strict=True)
+            if _is_array(var.aval) and em.owner.get(atom) is var and atom not in results}
 
 
 # ---- arrays (see the module's docstring)

@@ -16,7 +16,10 @@ over the event log, a primitive the GPU compiler lacks) runs outside the
 kernel instead, as plain XLA vmapped over the batch: the start before it,
 its results (state, mode, the system's arguments, horizon) passed in as one
 column per element; the finish after it, on the solutions the kernel writes
-out (the fields it reads, one column per element). Inside is cheaper (fewer
+out (the fields it reads, one column per element). Where the sweep samples
+times (`[save] times`), the kernel writes each point's states there from
+inside its solve, after each accepted step (engine.solve.kernel.system._Samples,
+the lanes solver's rules), and they leave it as columns like any field. Inside is cheaper (fewer
 columns written and read), so a part runs outside only when it must. The
 kernel language sits behind engine.solve.kernel.pallas.
 """
@@ -169,7 +172,10 @@ def _traced_check(study) -> _Check:
     from engine.solve.kernel.body import KernelBody, cannot_lower, unexpected
     from engine.solve.kernel.jaxpr import Unfusable
 
-    outputs = tuple(o.name for o in study.outputs if not o.sampled)  # the kernel writes no samples
+    # Traced without sample times (a sampled output reads them): whether the system
+    # fuses does not depend on them; where a sampled sweep's finish runs is
+    # decided as its kernel is made (KernelBody).
+    outputs = tuple(o.name for o in study.outputs if not o.sampled)
     names = [p.name for p in study.parameters]
     try:
         with float64_here():  # traced as a run traces it (float64), whatever this process's setting

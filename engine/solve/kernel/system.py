@@ -6,7 +6,8 @@ solver), event detection and location (the rules of engine.solve.locate: the
 first crossing in the declared direction, a root at a segment's start not a
 crossing, the cubic's root then Newton re-steps as on the lanes), resets and
 mode switches, from the lane's start (state, mode, arguments, horizon) to
-its HybridSolution. The system's functions (vector fields, conditions,
+its HybridSolution, and, where the sweep samples times, its states there
+(_Samples). The system's functions (vector fields, conditions,
 targets, resets) are traced for one point and evaluated on lane vectors
 (engine.solve.kernel.jaxpr), so a state of n components is n lane vectors and
 everything here is elementwise.
@@ -32,7 +33,8 @@ import jax.numpy as jnp
 import engine.solve.kernel.pallas as backend
 from engine.solve import stepper
 from engine.solve.hybrid import _INACTIVE, EVENT_LOG, HybridSolution, HybridSystem, solution_shapes
-from engine.solve.kernel.jaxpr import LaneFunction, from_list, lane_vector
+from engine.solve.kernel.jaxpr import LaneFunction, Unfusable, constant, from_list, lane_vector
+from engine.solve.lanes.dense import ELEMENTWISE, first_sample, interpolation
 from engine.solve.lanes.state import _LOCATE_TRIES, _NONFINITE_SHRINK
 from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
 from engine.solve.solver_constants import solver_constants
@@ -70,76 +72,172 @@ def _any(vectors):
     return functools.reduce(jnp.logical_or, vectors)
 
 
-# An array of the event log longer than this many rows is a C array in the
-# generated kernel (see _EventLog); a shorter one stays scalars, which a GPU
-# keeps in registers (the H100 figures of the shipped studies, whose logs
-# have at most 8 rows, were measured so).
+# An array of the event log (or of the samples) longer than this many rows is
+# a C array in the generated kernel (see _Rows); a shorter one stays scalars,
+# which a GPU keeps in registers (the H100 figures of the shipped studies,
+# whose logs have at most 8 rows, were measured so).
 SCALAR_LOG_ROWS = 16
 
 
-class _EventLog:
-    """A block's event log as the loop carries it: its arrays (EVENT_LOG) of
-    `rows` rows each, the state's rows of n_state components.
+class _Rows:
+    """Arrays of rows that a block's loop carries and writes a row at a time:
+    the event log (EVENT_LOG: an event's time, code and state) and the
+    samples (a sample time's state and mode). `layout`: name -> (rows, width:
+    the components of a row, 0 for a single value; dtype, blank value).
 
-    On a block of lanes (Pallas), a list of lane vectors a row, and the k-th
-    event written by a select on every row (per lane, k differs). Traced for
-    one point (one_point: the generated C, one thread a point), an array of
-    more than SCALAR_LOG_ROWS rows is written in place at the event's own row:
-    no work and no carried copy per step proportional to its rows (a log of
-    1,024 rows carried as scalars did not even compile). Its rows are then
-    read out once, after the loop, as lane vectors (what the finish reads)."""
+    On a block of lanes (Pallas), a list of lane vectors a row (a list of
+    `width` of them where width > 0), and the k-th row written by a select on
+    every row (per lane, k differs). Traced for one point (one_point: the
+    generated C, one thread a point), an array of more than SCALAR_LOG_ROWS
+    rows is written in place at its own row: no work and no carried copy per
+    step proportional to its rows (a log of 1,024 rows carried as scalars did
+    not even compile). Its rows are then read out once, after the loop, as
+    lane vectors (what the finish reads)."""
 
-    def __init__(self, rows: dict, n_state: int, dtype, lanes: int, one_point: bool):
-        self.rows, self.n_state, self.dtype, self.lanes = rows, n_state, dtype, lanes
-        self.arrays = {name: one_point and count > SCALAR_LOG_ROWS for name, count in rows.items()}
+    def __init__(self, layout: dict, lanes: int, one_point: bool):
+        self.layout, self.lanes = layout, lanes
+        self.rows = {name: rows for name, (rows, *_) in layout.items()}
+        self.arrays = {name: one_point and count > SCALAR_LOG_ROWS for name, count in self.rows.items()}
 
-    def _row_of(self, name, events):
-        """The row an event takes: its index, the last row once they are full."""
-        return jnp.minimum(events, self.rows[name] - 1)
+    def _row_of(self, name, k):
+        """The row the k-th write takes: k, the last row once they are full."""
+        return jnp.minimum(k, self.rows[name] - 1)
 
     def blank(self) -> dict:
-        """The log before any event (name -> its rows): NaN times and states, code -1."""
-        def blank(name, value, dtype, width=()):
+        """The arrays before any write (name -> its rows), each row its blank value."""
+        def blank(name, rows, width, dtype, value):
+            width = (width,) if width else ()
             if self.arrays[name]:
-                return jax.lax.full((self.rows[name], *width), value, dtype)
+                return jax.lax.full((rows, *width), value, dtype)
             row = jnp.full((self.lanes,), value, dtype)
-            return [[row] * width[0] if width else row for _ in range(self.rows[name])]
+            return [[row] * width[0] if width else row for _ in range(rows)]
 
-        return {"event_t": blank("event_t", jnp.nan, self.dtype), "event_code": blank("event_code", -1, jnp.int32),
-                "event_y": blank("event_y", jnp.nan, self.dtype, (self.n_state,))}
+        return {name: blank(name, *spec) for name, spec in self.layout.items()}
 
-    def record(self, log: dict, located, events, t, code, y) -> dict:
-        """The log with the event of each lane where `located` (its events-th) written."""
-        def record(name, array, values):
-            """values: the event's values a row holds (one, or the state's components)."""
-            if self.arrays[name]:  # one lane, and this runs only where it located its event
-                row = self._row_of(name, events[0])
-                if name != "event_y":
+    def write(self, arrays: dict, where, k, values: dict) -> dict:
+        """The arrays with row k of each lane written where `where`: values,
+        name -> the row's lane vectors (one, or its `width` components)."""
+        def write(name, array, values):
+            wide = self.layout[name][1] > 0
+            if self.arrays[name]:  # one lane, and this runs only where it writes
+                row = self._row_of(name, k[0])
+                if not wide:
                     return jax.lax.dynamic_update_slice(array, values[0], (row,))
                 for j, value in enumerate(values):
                     array = jax.lax.dynamic_update_slice(array, value.reshape(1, 1), (row, jnp.int32(j)))
                 return array
-            k = self._row_of(name, events)
-            written = [located & (k == r) for r in range(self.rows[name])]
-            if name != "event_y":
+            row = self._row_of(name, k)
+            written = [where & (row == r) for r in range(self.rows[name])]
+            if not wide:
                 return [jnp.where(w, values[0], v) for w, v in zip(written, array, strict=True)]
-            return [[jnp.where(w, a, b) for a, b in zip(values, row, strict=True)]
-                    for w, row in zip(written, array, strict=True)]
+            return [[jnp.where(w, a, b) for a, b in zip(values, old, strict=True)]
+                    for w, old in zip(written, array, strict=True)]
 
-        values = {"event_t": [t], "event_code": [code], "event_y": y}
-        return {name: record(name, array, values[name]) for name, array in log.items()}
+        return {name: write(name, array, values[name]) for name, array in arrays.items()}
 
-    def rows_of(self, log: dict) -> dict:
-        """The log's rows as lane vectors (event_y's: rows of n_state)."""
+    def rows_of(self, arrays: dict) -> dict:
+        """The arrays' rows as lane vectors (a wide array's: rows of its width)."""
         def rows(name, array):
             if not self.arrays[name]:
                 return array
-            if name != "event_y":
-                return [jax.lax.slice_in_dim(array, r, r + 1) for r in range(self.rows[name])]
-            return [[jax.lax.slice(array, (r, j), (r + 1, j + 1)).reshape(1) for j in range(self.n_state)]
-                    for r in range(self.rows[name])]
+            count, width = self.rows[name], self.layout[name][1]
+            if not width:
+                return [jax.lax.slice_in_dim(array, r, r + 1) for r in range(count)]
+            return [[jax.lax.slice(array, (r, j), (r + 1, j + 1)).reshape(1) for j in range(width)]
+                    for r in range(count)]
 
-        return {name: rows(name, array) for name, array in log.items()}
+        return {name: rows(name, array) for name, array in arrays.items()}
+
+
+def _event_log(rows: dict, n_state: int, dtype, lanes: int, one_point: bool) -> _Rows:
+    """A block's event log (EVENT_LOG, rows[name] rows each): NaN times and
+    states and code -1 before any event; the k-th event is row k."""
+    return _Rows({"event_t": (rows["event_t"], 0, dtype, jnp.nan), "event_code": (rows["event_code"], 0, jnp.int32, -1),
+                  "event_y": (rows["event_y"], n_state, dtype, jnp.nan)}, lanes, one_point)
+
+
+class _Samples:
+    """A block's samples at the sweep's times (`[save] times`), written as the
+    lanes' steps pass them, by the lanes solver's rules (_Batch.sample): after
+    a step [t0, t1] (a regular step, or the re-step to a located crossing),
+    the states at the sample times in [t0, t1) from the step's dense output
+    (engine.solve.lanes.dense: the same polynomial, component by component);
+    at t1 itself the final state where the point ends there. A sample at an
+    event the motion goes on from is then the next segment's first (the state
+    after the reset); the times after the end stay NaN (mode -1).
+
+    The loop carries each lane's next sample (`sampled`) and its time
+    (`next_at`), so a step without a sample due costs one comparison; the
+    dense output is made once a step that has some."""
+
+    def __init__(self, times, solver: str, n_state: int, dtype, lanes: int, one_point: bool):
+        if solver not in ELEMENTWISE:
+            raise Unfusable(f"the kernel writes samples from the dense output of {' and '.join(ELEMENTWISE)}, "
+                            f"not of {solver}")
+        self.times, self.dtype, self.lanes, self.one_point = times, dtype, lanes, one_point
+        self.last = len(times) - 1
+        self.rows = _Rows({"saved_y": (len(times), n_state, dtype, jnp.nan),
+                           "saved_mode": (len(times), 0, jnp.int32, -1)}, lanes, one_point)
+        self.prepare, self.evaluate = interpolation(solver)
+
+    def _table(self):
+        """The times as one point reads them (the generated C): an array, written
+        once before the loop and carried by it unchanged (JAX makes it the
+        loop's constant, which the C generator lets branches read), where there
+        are more than SCALAR_LOG_ROWS (a select over every time's literal would
+        cost each sample that many operations); None where the times are
+        literals selected (_time_at). A Pallas kernel cannot hold an array
+        constant, nor gather at each lane's own index: selects there."""
+        if not (self.one_point and len(self.times) > SCALAR_LOG_ROWS):
+            return None
+        table = jax.lax.full((len(self.times),), 0, self.dtype)
+        for k, t in enumerate(self.times):
+            table = jax.lax.dynamic_update_slice(table, jnp.full((1,), t, self.dtype), (jnp.int32(k),))
+        return table
+
+    def _time_at(self, k, table):
+        """The sample time k of each lane (k past the last: the last)."""
+        k = jnp.minimum(k, self.last)
+        if table is not None:
+            return jax.lax.dynamic_slice(table, (k[0],), (1,))
+        return _pick([constant(t, self.dtype) for t in self.times], k)
+
+    def start(self) -> dict:
+        """The loop's samples before any step."""
+        k, table = jnp.full((self.lanes,), first_sample(self.times), jnp.int32), self._table()
+        return {"samples": self.rows.blank(), "sampled": k, "next_at": self._time_at(k, table), "times": table}
+
+    def after_step(self, s, taken, ends, t0, t1, y0, y1, stages, mode) -> dict:
+        """The loop's samples after the lanes' step [t0, t1] from y0 to y1, with
+        the vector field at each of its `stages`, in `mode`, where `taken`; the
+        point `ends` at t1 (its final state y1)."""
+        def due(k, at):
+            return taken & (k <= self.last) & ((at < t1) | (ends & (at == t1)))
+
+        def write():
+            dense = [self.prepare(t0, t1, a, b, list(ks)) for a, b, *ks in zip(y0, y1, *stages, strict=True)]
+
+            def one(carry):
+                samples, k, at, table = carry
+                writes = due(k, at)
+                y = [jnp.where(ends & (at == t1), end, self.evaluate(d, at)) for d, end in zip(dense, y1, strict=True)]
+                samples = self.rows.write(samples, writes, k, {"saved_y": y, "saved_mode": [mode]})
+                k = k + writes
+                return samples, k, jnp.where(writes, self._time_at(k, table), at), table
+
+            return jax.lax.while_loop(lambda c: backend.any_lane(due(c[1], c[2])), one, carry)
+
+        carry = (s["samples"], s["sampled"], s["next_at"], s["times"])
+        samples, k, at, table = jax.lax.cond(backend.any_lane(due(s["sampled"], s["next_at"])), write, lambda: carry)
+        return {"samples": samples, "sampled": k, "next_at": at, "times": table}
+
+    def solution(self, final: dict) -> dict:
+        """The solution's samples (HybridSolution's saved_t, saved_y, saved_mode)."""
+        rows = self.rows.rows_of(final["samples"])
+        shape = (len(self.times),)
+        return {"saved_t": from_list([constant(t, self.dtype) for t in self.times], shape),
+                "saved_y": from_list([v for row in rows["saved_y"] for v in row], shape + (len(rows["saved_y"][0]),)),
+                "saved_mode": from_list(rows["saved_mode"], shape)}
 
 
 class LaneSolve:
@@ -179,10 +277,13 @@ class LaneSolve:
 
         self.tableau = solver_constants(settings.solver).tableau
         self.controller = Controller.of(settings)
+        # The sweep's sample times, sorted; None without samples (and then no
+        # sample code is traced: the kernel of a sweep without [save] is the same).
+        self.times = tuple(settings.save_times) or None
 
     def solution_shapes(self) -> HybridSolution:
         """The shapes and dtypes of a point's solution (what a finish reads)."""
-        return solution_shapes(jax.ShapeDtypeStruct((self.n_state,), self.dtype), self.rows)
+        return solution_shapes(jax.ShapeDtypeStruct((self.n_state,), self.dtype), self.rows, len(self.times or ()))
 
     # ---- the study's functions on lane vectors
 
@@ -219,12 +320,13 @@ class LaneSolve:
         """The vector field as the stepper calls it: of Components, to Components."""
         return lambda t, y: Components(self.field(t, list(y), mode, args))
 
-    def step(self, t0, t1, y0, f0, mode, args):
+    def step(self, t0, t1, y0, f0, mode, args, stages=False):
         """One Runge-Kutta step (engine.solve.stepper.step) on lane vectors: new
-        state, error estimate, and the vector field at the new state."""
-        y1, error, f1, _ = stepper.step(self.tableau, self._field(mode, args), t0, t1, Components(y0), Components(f0),
-                                        combine=chained)
-        return list(y1), list(error), list(f1)
+        state, error estimate, and the vector field at the new state (and, given
+        `stages`, at every stage: the step's dense output)."""
+        y1, error, f1, ks = stepper.step(self.tableau, self._field(mode, args), t0, t1, Components(y0), Components(f0),
+                                         combine=chained)
+        return (list(y1), list(error), list(f1)) + ((ks,) if stages else ())
 
     def adapt(self, t0, t1, y0, y1, y_error):
         """Accept the step?, and the next step's size (Controller.adapt)."""
@@ -264,12 +366,14 @@ class LaneSolve:
         of lane vectors.
 
         one_point: traced for one lane as the generated C (one thread a
-        point) runs it, with the event log held as arrays (see _EventLog)."""
+        point) runs it, with the event log held as arrays (see _Rows)."""
         dtype = self.dtype
         lanes = active.shape[0]
         if one_point and lanes != 1:
             raise ValueError(f"a solve traced for one point has one lane, not {lanes}")
-        log = _EventLog(self.rows, self.n_state, dtype, lanes, one_point)
+        log = _event_log(self.rows, self.n_state, dtype, lanes, one_point)
+        samples = None if self.times is None else _Samples(self.times, self.settings.solver, self.n_state, dtype, lanes,
+                                                           one_point)
         t0 = jnp.zeros((lanes,), dtype)
         f0, g0, dg0, h0 = self.segment_start(t0, y0, mode0, args, horizon)
 
@@ -283,11 +387,14 @@ class LaneSolve:
             locating=full(False, bool), span=t0, code=zero, lo=t0, hi=t0, dt=t0, nudge=t0,
             creeping=full(False, bool), tries=zero,
         )
+        if samples is not None:
+            init.update(samples.start())
 
         def running(s):
             return backend.any_lane((s["status"] == Status.PENDING) & active)
 
-        final = jax.lax.while_loop(running, functools.partial(self.iteration, active, args, horizon, log), init)
+        final = jax.lax.while_loop(running, functools.partial(self.iteration, active, args, horizon, log, samples),
+                                   init)
         rows = log.rows_of(final["log"])
         solution = HybridSolution(
             t=from_list([final["t"]], ()), y=from_list(final["y"], (self.n_state,)),
@@ -296,10 +403,11 @@ class LaneSolve:
             num_events=from_list([final["events"]], ()), event_t=from_list(rows["event_t"], (self.rows["event_t"],)),
             event_y=from_list([v for row in rows["event_y"] for v in row], (self.rows["event_y"], self.n_state)),
             event_code=from_list(rows["event_code"], (self.rows["event_code"],)),
+            **({} if samples is None else samples.solution(final)),
         )
         return solution
 
-    def iteration(self, active, args, horizon, log, s):
+    def iteration(self, active, args, horizon, log, samples, s):
         """One Runge-Kutta step of every running lane: a regular adaptive step, or
         a re-step of a lane locating a crossing (the rules of lanes.py: a step that
         crossed a condition parks the lane to locate it; its Newton re-steps)."""
@@ -312,7 +420,7 @@ class LaneSolve:
         clipped = stepping & (s["h"] >= to_horizon)
         span = jnp.where(clipped, to_horizon, s["h"])
         t1 = jnp.where(s["locating"], t + s["dt"], jnp.where(clipped, horizon, t + span))
-        y1, y_error, f1 = self.step(t, t1, y, f, mode, args)
+        y1, y_error, f1, *stages = self.step(t, t1, y, f, mode, args, stages=samples is not None)
         g1, dg1 = self.conditions(t1, y1, f1, mode, args)
         finite = _all([jnp.isfinite(v) for v in y1])
         crossings = self.crossed(s["g"], g1)
@@ -373,7 +481,7 @@ class LaneSolve:
         # one point a thread (the generated C), only at its own events.
         def fired():
             return self.event(code, t1, y1, mode, args, horizon) + (
-                log.record(s["log"], located, s["events"], t1, code, y1),)
+                log.write(s["log"], located, s["events"], {"event_t": [t1], "event_code": [code], "event_y": y1}),)
 
         def quiet():
             return (jnp.full_like(mode, -1), y1, mode, f1, g1, dg1, s["h"], s["log"])
@@ -397,7 +505,7 @@ class LaneSolve:
                     for a, b, c, d in zip(regular, on, after, before, strict=True)]
 
         zero = jnp.zeros_like(t)
-        return dict(
+        carry = dict(
             t=jnp.where(moves | located, t1, t),
             y=state(y1, y_next, y1, y),
             f=state(f1, f_next, None, f),
@@ -426,4 +534,9 @@ class LaneSolve:
             creeping=jnp.where(detect, False, jnp.where(locating, creep, s["creeping"])),
             tries=jnp.where(detect | switch, 0, jnp.where(locating, tries, s["tries"])),
         )
+        if samples is not None:  # the step taken: a regular one, or the re-step to a located crossing
+            taken = moves | located
+            carry.update(samples.after_step(s, taken, taken & (status != Status.PENDING), t, t1, y, y1, stages[0],
+                                            mode))
+        return carry
 

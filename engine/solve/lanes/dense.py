@@ -104,13 +104,24 @@ def _diffrax(solver: str):
     return (lambda t0, t1, y0, y1, hk: (t0, t1, y0, y1, jnp.stack(hk))), evaluate
 
 
+# The solvers whose dense output is written out here, elementwise over lanes
+# (any array of lanes: the fused kernel's lane vectors too); another solver's is
+# diffrax's own, vmapped.
+ELEMENTWISE = {"Tsit5": (_tsit5_prepare, _horner), "Dopri5": (_dopri5_prepare, _horner)}
+
+
+def first_sample(times) -> int:
+    """The first sample a point can write: sample times before every point's
+    start (t = 0) are never written (NaN)."""
+    return sum(1 for t in times if t < 0)
+
+
 def interpolation(solver: str):
     """(prepare, evaluate): prepare(t0, t1, y0, y1, stages) makes the dense
     output of the lanes' steps [t0, t1] from y0 to y1 with these stages (the
     vector field at each, a (components, lanes) array each), once a step;
     evaluate(prepared, t) the states at the times t (lanes,) inside them."""
-    prepare, evaluate = {"Tsit5": (_tsit5_prepare, _horner), "Dopri5": (_dopri5_prepare, _horner)}.get(solver) \
-        or _diffrax(solver)
+    prepare, evaluate = ELEMENTWISE.get(solver) or _diffrax(solver)
 
     def prepare_steps(t0, t1, y0, y1, stages):
         h = t1 - t0

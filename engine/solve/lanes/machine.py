@@ -10,7 +10,7 @@ from engine.pytree import replace
 from engine.solve import stepper
 from engine.solve.base import VECTOR
 from engine.solve.hybrid import _INACTIVE, HybridPoint, HybridSystem
-from engine.solve.lanes.dense import interpolation
+from engine.solve.lanes.dense import first_sample, interpolation
 from engine.solve.lanes.rows import (
     _all_rows,
     _any_rows,
@@ -61,8 +61,7 @@ class _Machine:
         self.ends_at_horizon = jnp.array([m.ends_at_horizon for m in system.modes])
         # The sweep's sample times ([save] times), sorted; None without samples.
         self.times = tuple(settings.save_times) or None
-        # Sample times before every point's start (t = 0): never written (NaN).
-        self.first_sample = sum(1 for t in settings.save_times if t < 0)
+        self.first_sample = first_sample(settings.save_times)
         self.interpolate = interpolation(settings.solver) if self.times else None
 
     def step(self, t0, t1, y0, f0, mode, args, stages=False):
