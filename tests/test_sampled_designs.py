@@ -214,3 +214,35 @@ def test_a_study_figure_that_raises_on_a_sampled_cube_is_skipped_in_one_line(cub
     assert cube_figures(cube, types.SimpleNamespace(name="gridded", figures=lambda ds: {}), skipped) == {}
     assert skipped == ["study 'gridded' has no figure of a cube with dimensions (sample, spin_ratio); its figures "
                        "are of its grids"]
+
+
+def test_the_shards_write_the_coordinates_checked_and_resumed_like_outputs(tmp_path, cube):
+    """Each sample block's coordinates are written by its first shard (two
+    shards a block here: spin ratio in blocks of 2), checksummed in its done
+    marker: verify finds a damaged coordinate chunk as that shard damaged, a
+    shard not yet solved leaves its block's coordinates unwritten, and a run
+    solves it again: every coordinate the draws, bit for bit."""
+    from engine.cube.markers import GRID, Markers
+    from engine.cube.verify import verify
+
+    out = tmp_path / "two.zarr"
+    sweep = parse_sweep(_text(out, run="shard_size = 2"))
+    engine.run(sweep, progress=False)
+    assert verify(out) == []
+    markers = Markers(out).read(GRID)
+    assert {"sample", "initial_speed", "friction"} <= set(markers[0]["digests"])  # block (0, 0)
+    assert "friction" not in markers[1]["digests"]  # block (0, 1): the same samples, written once
+    (out / "friction" / "c" / "5").write_bytes(b"damaged")  # sample 5: shard (5, 0) = 10
+    found = verify(out)
+    assert len(found) == 1 and found[0].startswith("grid shard 10 coordinate friction cannot be read (")
+    engine.run(parse_sweep(_text(out, run="shard_size = 2")), progress=False)  # shard 10 solved again
+    assert verify(out) == []
+    Markers(out).drop_done(GRID, 20)  # sample 10's block, never solved
+    (out / "initial_speed" / "c" / "10").unlink()
+    partial = engine.open_cube(out).load()
+    assert np.isnan(partial.initial_speed.values[10]) and not np.isnan(partial.initial_speed.values[11])
+    engine.run(parse_sweep(_text(out, run="shard_size = 2")), progress=False)
+    assert verify(out) == []
+    again = engine.open_cube(out).load()
+    for name in ("sample", "initial_speed", "friction", "final_displacement", "stop_time"):
+        np.testing.assert_array_equal(again[name].values, cube[name].values)
