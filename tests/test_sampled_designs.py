@@ -246,3 +246,35 @@ def test_the_shards_write_the_coordinates_checked_and_resumed_like_outputs(tmp_p
     again = engine.open_cube(out).load()
     for name in ("sample", "initial_speed", "friction", "final_displacement", "stop_time"):
         np.testing.assert_array_equal(again[name].values, cube[name].values)
+
+
+def test_a_resumed_run_refuses_another_design_or_other_draws_and_keeps_an_earlier_hash(tmp_path, monkeypatch):
+    """The config hash names the design by the file's values (not the draws'
+    bytes): another seed is another config; the same file drawn otherwise
+    (another scipy) is refused by the checksums of the coordinates the cube's
+    shards wrote; a cube whose hash was made the earlier way (the draws
+    digested) is this sweep's, sound and resumed."""
+    from engine import StoreError
+    from engine.cube.markers import GRID, Markers
+    from engine.cube.store import Cube
+    from engine.cube.verify import verify
+    from engine.sweep import samples
+
+    out = tmp_path / "c.zarr"
+    sweep = parse_sweep(_text(out, run="shard_size = 48"))
+    engine.run(sweep, progress=False)
+    with pytest.raises(StoreError, match="another config.*hash"):
+        engine.run(parse_sweep(_text(out, run="shard_size = 48").replace("seed = 1", "seed = 2")), progress=False)
+    Markers(out).drop_done(GRID, 3)  # interrupted
+    drawn = samples.unit_draws
+    monkeypatch.setattr(samples, "unit_draws", lambda *a: np.nextafter(drawn(*a), 1.0))
+    samples._DESIGNS.clear()
+    with pytest.raises(StoreError, match="initial_speed draws are not the ones this file draws here"):
+        engine.run(parse_sweep(_text(out, run="shard_size = 48")), progress=False)
+    monkeypatch.setattr(samples, "unit_draws", drawn)
+    samples._DESIGNS.clear()
+    assert sweep.config_hash_drawn != sweep.config_hash
+    Cube(out).set_attribute("config_hash", sweep.config_hash_drawn)  # as made before the hash was the file's
+    assert verify(out) == []
+    report = engine.run(parse_sweep(_text(out, run="shard_size = 48")), progress=False)
+    assert report.state.startswith("resumed") and verify(out) == []

@@ -271,7 +271,7 @@ def config_problem(cube: Cube, attrs: dict) -> str | None:
     """Where the cube's stored config (which `Cube.sweep` reads back) does not
     hash to its config_hash attribute (which a run compares its own against)."""
     found = attrs.get("config_hash")
-    if found != cube.sweep.config_hash:
+    if not cube.sweep.matches_hash(found):
         return (f"its config_hash attribute {str(found)[:12]} is not its stored config's hash "
                 f"{cube.sweep.config_hash[:12]} (one of them edited)")
     return None
@@ -333,7 +333,9 @@ def _repair_config(cube: Cube) -> None:
     attrs, sweep = cube.attrs, cube.sweep
     stored = sweep.config_hash if attrs.get("config") == sweep.text else stored_config_hash(cube.path)
     found = attrs.get("config_hash")
-    if stored == found:  # as made (this sweep's, or one with its solver written otherwise)
+    # As made: this sweep's (its hash in the form of the cube's making), or one
+    # with its solver written otherwise.
+    if stored == found or (stored == sweep.config_hash and sweep.matches_hash(found)):
         return
     if stored == sweep.config_hash:
         cube.set_attribute("config_hash", stored)

@@ -115,15 +115,25 @@ class Samples:
         state.pop("unit", None)
         return state
 
-    def canonical(self) -> dict:
-        design = self._design()
-        if "digest" not in design:
-            digest = hashlib.sha256()
-            for values in self.draws.values():
-                digest.update(np.ascontiguousarray(values, dtype="<f8").tobytes())
-            design["digest"] = digest.hexdigest()
-        return {"method": self.method, "n": self.n, "seed": self.seed, "parameters": self.parameters,
-                "draws": design["digest"],
+    def canonical(self, draws_digested: bool = False) -> dict:
+        """What makes the design: the file's method, n, seed and distributions,
+        from which the draws are made again anywhere. Not the draws' bytes (a
+        sha256 of 128 MB, 0.25-0.35 s, for 2^23 points of two parameters):
+        whether a cube's draws are this process's (another scipy or numpy may
+        draw otherwise) is checked where a run resumes it, against the
+        checksums of the coordinates its shards wrote (engine.cube.prepare).
+        `draws_digested`: as cubes made before 2026-11-29 hashed it, with the
+        draws' digest (Sweep.config_hash_drawn)."""
+        drawn = {}
+        if draws_digested:
+            design = self._design()
+            if "digest" not in design:
+                digest = hashlib.sha256()
+                for values in self.draws.values():
+                    digest.update(np.ascontiguousarray(values, dtype="<f8").tobytes())
+                design["digest"] = digest.hexdigest()
+            drawn = {"draws": design["digest"]}
+        return {"method": self.method, "n": self.n, "seed": self.seed, "parameters": self.parameters, **drawn,
                 # Only where there is one: a [samples] sweep's hash is what it was.
                 **({"sensitivity": self.sensitivity.canonical()} if self.sensitivity else {})}
 
