@@ -277,7 +277,7 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
     if samples is not None:  # the design's leading dimension: its points' index, the draws its coordinates
         axes = (Axis(SAMPLE, np.arange(samples.points), {"samples": samples.points}),) + axes
     check.grid_size(axes)
-    drawn = samples.draws if samples is not None else {}
+    drawn = samples.drawn_later if samples is not None else {}  # drawn where a constraint reads them
     parameters = {n: float(overrides.get(n, p.default)) for n, p in known.items()
                   if n not in axes_doc and n not in drawn}
     check_constraints(file, study, parameters, axes[1:] if samples is not None else axes,
