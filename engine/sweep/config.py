@@ -131,16 +131,23 @@ class Sweep:
         cluster's `scheduler`, else the one asked for, else the sweep file's."""
         return "local" if scheduler else (executor or self.executor)
 
-    def point_params(self, names, columns, n: int) -> dict:
+    def point_params(self, names, columns, n: int, kinds_only: bool = False) -> dict:
         """The parameters of `n` points: the axes `names` as their `columns`, and
         every fixed parameter as one value seen n times (a read-only view, not n
         copies: a shard of 2^20 points wrote 8 MiB for each, and the solver
-        recognises it as fixed: engine.solve.evaluate)."""
+        recognises it as fixed: engine.solve.evaluate). `kinds_only`: arguments
+        of the same kinds, where values do not matter (a program made ready
+        ahead of its calls): a drawn parameter a column of its default, its
+        draws not waited for."""
         params = {k: np.broadcast_to(np.asarray(v), (n,)) for k, v in self.parameters.items()}
         params.update(dict(zip(names, columns, strict=True)))
         if self.samples is not None:  # the sample index: the drawn parameters' values there
             index = params.pop(SAMPLE)
-            params.update({name: values[index[:n]] for name, values in self.samples.draws.items()})
+            if kinds_only:
+                params.update({name: np.full(n, float(self.study.parameter(name).default))
+                               for name in self.samples.parameters})
+            else:
+                params.update({name: values[index[:n]] for name, values in self.samples.draws.items()})
         return params
 
     def canonical(self, draws_digested: bool = False) -> dict:
