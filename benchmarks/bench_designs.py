@@ -4,11 +4,12 @@
 study over N points twice: once as a grid of its two axes (sqrt N x sqrt N),
 once as a `[samples]` design drawing the same two parameters (scrambled
 Sobol', uniform on the same ranges), in alternating rounds in child
-processes. The draws, the sample coordinates and the per-point parameter
-columns are the design's costs beyond the grid's: the ratios are the drawn
-design's rates over the grid's, end to end (the process: imports, the draws,
-the store's creation with the drawn coordinates) and streamed to the store
-(the run's solving stage: solves and writes, shard by shard).
+processes. The draws (scipy.stats imported for its Sobol' engine, on a
+thread of the run's own), the sample coordinates (written by the shards, with
+their outputs) and the per-point parameter columns are the design's costs
+beyond the grid's: the ratios are the drawn design's rates over the grid's,
+end to end (the whole process) and streamed to the store (the run's solving
+stage: solves and writes, the coordinates among them, shard by shard).
 
 With --sensitivity, the same with a `[sensitivity]` Sobol' design (Saltelli's
 N (D + 2) points, SALib's analysis at the end) against a grid of as many

@@ -214,3 +214,137 @@ def test_a_study_figure_that_raises_on_a_sampled_cube_is_skipped_in_one_line(cub
     assert cube_figures(cube, types.SimpleNamespace(name="gridded", figures=lambda ds: {}), skipped) == {}
     assert skipped == ["study 'gridded' has no figure of a cube with dimensions (sample, spin_ratio); its figures "
                        "are of its grids"]
+
+
+def test_the_shards_write_the_coordinates_checked_and_resumed_like_outputs(tmp_path, cube):
+    """Each sample block's coordinates are written by its first shard (two
+    shards a block here: spin ratio in blocks of 2), checksummed in its done
+    marker: verify finds a damaged coordinate chunk as that shard damaged, a
+    shard not yet solved leaves its block's coordinates unwritten, and a run
+    solves it again: every coordinate the draws, bit for bit."""
+    from engine.cube.markers import GRID, Markers
+    from engine.cube.verify import verify
+
+    out = tmp_path / "two.zarr"
+    sweep = parse_sweep(_text(out, run="shard_size = 2"))
+    engine.run(sweep, progress=False)
+    assert verify(out) == []
+    markers = Markers(out).read(GRID)
+    assert {"sample", "initial_speed", "friction"} <= set(markers[0]["digests"])  # block (0, 0)
+    assert "friction" not in markers[1]["digests"]  # block (0, 1): the same samples, written once
+    (out / "friction" / "c" / "5").write_bytes(b"damaged")  # sample 5: shard (5, 0) = 10
+    found = verify(out)
+    assert len(found) == 1 and found[0].startswith("grid shard 10 coordinate friction cannot be read (")
+    engine.run(parse_sweep(_text(out, run="shard_size = 2")), progress=False)  # shard 10 solved again
+    assert verify(out) == []
+    Markers(out).drop_done(GRID, 20)  # sample 10's block, never solved
+    (out / "initial_speed" / "c" / "10").unlink()
+    partial = engine.open_cube(out).load()
+    assert np.isnan(partial.initial_speed.values[10]) and not np.isnan(partial.initial_speed.values[11])
+    engine.run(parse_sweep(_text(out, run="shard_size = 2")), progress=False)
+    assert verify(out) == []
+    again = engine.open_cube(out).load()
+    for name in ("sample", "initial_speed", "friction", "final_displacement", "stop_time"):
+        np.testing.assert_array_equal(again[name].values, cube[name].values)
+
+
+def test_a_resumed_run_refuses_another_design_or_other_draws_and_keeps_an_earlier_hash(tmp_path, monkeypatch):
+    """The config hash names the design by the file's values (not the draws'
+    bytes): another seed is another config; the same file drawn otherwise
+    (another scipy) is refused by the checksums of the coordinates the cube's
+    shards wrote; a cube whose hash was made the earlier way (the draws
+    digested) is this sweep's, sound and resumed."""
+    from engine import StoreError
+    from engine.cube.markers import GRID, Markers
+    from engine.cube.store import Cube
+    from engine.cube.verify import verify
+    from engine.sweep import samples
+
+    out = tmp_path / "c.zarr"
+    sweep = parse_sweep(_text(out, run="shard_size = 48"))
+    engine.run(sweep, progress=False)
+    with pytest.raises(StoreError, match="another config.*hash"):
+        engine.run(parse_sweep(_text(out, run="shard_size = 48").replace("seed = 1", "seed = 2")), progress=False)
+    Markers(out).drop_done(GRID, 3)  # interrupted
+    drawn = samples.unit_draws
+    monkeypatch.setattr(samples, "unit_draws", lambda *a: np.nextafter(drawn(*a), 1.0))
+    samples._DESIGNS.clear()
+    with pytest.raises(StoreError, match="initial_speed draws are not the ones this file draws here"):
+        engine.run(parse_sweep(_text(out, run="shard_size = 48")), progress=False)
+    monkeypatch.setattr(samples, "unit_draws", drawn)
+    samples._DESIGNS.clear()
+    assert sweep.config_hash_drawn != sweep.config_hash
+    Cube(out).set_attribute("config_hash", sweep.config_hash_drawn)  # as made before the hash was the file's
+    assert verify(out) == []
+    report = engine.run(parse_sweep(_text(out, run="shard_size = 48")), progress=False)
+    assert report.state.startswith("resumed") and verify(out) == []
+
+
+@pytest.mark.parametrize("bounds", [[0.8, 1.2], [-1.0, 1.0], [0.5, 89.5], [-3.14159, 3.14159], [1e-9, 3e-9]])
+def test_a_uniform_is_scipys_without_scipy_stats_bit_for_bit(bounds):
+    """A uniform's support and inverse CDF made without importing
+    scipy.stats, as scipy.stats.uniform(lower, upper - lower) gives them,
+    at 0 and 1 too."""
+    from engine.sweep.samples import inverse_cdf, support
+
+    spec = {"uniform": bounds}
+    law = stats.uniform(bounds[0], bounds[1] - bounds[0])
+    assert support(spec) == law.support()
+    unit = np.random.default_rng(3).random(10_000)
+    unit[:2] = 0.0, 1.0
+    np.testing.assert_array_equal(inverse_cdf(spec, unit).view(np.uint64), law.ppf(unit).view(np.uint64))
+
+
+def test_drawn_ahead_is_drawn_the_same_and_its_error_raised_where_asked(tmp_path, monkeypatch):
+    """A design drawn on draw_ahead's thread is the one drawn in place, bit
+    for bit; an error there is raised where the draws are asked for."""
+    from engine.sweep import samples
+
+    samples._DESIGNS.clear()
+    here = parse_sweep(_text(tmp_path / "c.zarr")).samples
+    drawn = {name: values.copy() for name, values in here.draws.items()}
+    samples._DESIGNS.clear()
+    ahead = parse_sweep(_text(tmp_path / "c.zarr")).samples
+    ahead.draw_ahead()
+    for name, values in drawn.items():
+        np.testing.assert_array_equal(ahead.draws[name].view(np.uint64), values.view(np.uint64))
+    samples._DESIGNS.clear()
+
+    def broken(*args):
+        raise RuntimeError("no engine")
+
+    monkeypatch.setattr(samples, "unit_draws", broken)
+    failing = parse_sweep(_text(tmp_path / "c.zarr").replace("seed = 1", "seed = 7").replace(
+        "{ truncnormal = [0.3, 0.02, 0.25, 0.35] }", "{ uniform = [0.25, 0.35] }")).samples  # drawn when asked
+    failing.draw_ahead()
+    with pytest.raises(RuntimeError, match="no engine"):
+        failing.draws  # noqa: B018 - the property draws
+
+
+def test_a_drawn_whole_number_parameter_is_refused_as_before():
+    """A uniform drawn for a parameter of whole numbers: its draws are checked
+    one by one (not skipped as a uniform's inside its range are)."""
+    text = """
+study = "rebound"
+[samples]
+n = 8
+[samples.parameters]
+model = { uniform = [0.0, 1.0] }
+[axes]
+spin_ratio = { values = [0.5] }
+"""
+    with pytest.raises(ConfigError, match="samples.parameters.model: draw .* outside the allowed range"):
+        parse_sweep(text, file="s.toml")
+
+
+def test_a_uniform_design_is_read_without_importing_scipy_stats(tmp_path):
+    """Reading a sweep of uniform draws imports no scipy.stats (0.5-1.5 s):
+    a run draws them on a thread of its own (Samples.draw_ahead)."""
+    import subprocess
+    import sys
+
+    text = _text(tmp_path / "c.zarr").replace("{ truncnormal = [0.3, 0.02, 0.25, 0.35] }", "{ uniform = [0.25, 0.35] }")
+    code = ("import sys; from engine import parse_sweep; s = parse_sweep(sys.stdin.read());"
+            "print('scipy.stats' in sys.modules, s.config_hash[:8], len(s.samples.draws['friction']))")
+    done = subprocess.run([sys.executable, "-c", code], input=text, capture_output=True, text=True, check=True)
+    assert done.stdout.split()[0] == "False" and done.stdout.split()[2] == "64"

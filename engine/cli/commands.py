@@ -192,6 +192,8 @@ def _run_sweep(args):
 
     check_workers(args.workers)
     sweep = load_sweep(args.config, out=args.out)
+    if sweep.samples is not None:  # drawn beside the planning, the program's load and the store's making
+        sweep.samples.draw_ahead()
     args.store = sweep.out  # where a disk error happened, if it does not say
     configure()  # before the plan: its check's programs come from the compile cache too
     plan = plan_for(sweep)  # the run's one plan, and the message's

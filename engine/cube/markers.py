@@ -15,6 +15,7 @@ edit) counts as absent; the next run's repair drops it.
 import json
 import os
 import pathlib
+import types
 import uuid
 
 MARKERS = "_rollsweep"
@@ -24,6 +25,8 @@ IDENTITY = "identity.json"
 # The coordinates' checksums, recorded as the cube is created (a cube made
 # before they were has none: its coordinates are not checked).
 COORDINATES = "coordinates.json"
+# Markers.coordinates of a record that cannot be read (empty or corrupt).
+UNREADABLE = types.MappingProxyType({})  # told apart by identity, not by value
 # What a run with --overwrite created the cube for (its config hash, the
 # study's code, its identity): the same run, interrupted, resumes it.
 AFRESH = "afresh.json"
@@ -176,13 +179,14 @@ class Markers:
 
     def coordinates(self) -> dict | None:
         """The coordinates' checksums as recorded: None where none were (a cube made
-        before they were), {} where they cannot be read (every cube has a coordinate)."""
+        before they were), UNREADABLE where they cannot be read; {} where the
+        cube's making wrote none (a sampled design's alone, which its shards write)."""
         if not self.coordinates_path.exists():
             return None
         content = _read_json(self.coordinates_path)
         digests = content.get("digests") if isinstance(content, dict) else None
         if not isinstance(digests, dict) or not all(isinstance(v, str) for v in digests.values()):
-            return {}
+            return UNREADABLE
         return digests
 
     def record_afresh(self, made_for: dict) -> None:

@@ -16,13 +16,18 @@ import pathlib
 import shutil
 import tomllib
 
+import numpy as np
+
+from engine.cube.chunks import digest
 from engine.cube.lock import acquire, release
-from engine.cube.markers import KINDS
+from engine.cube.markers import GRID, KINDS
 from engine.cube.store import Cube
+from engine.cube.structure import coordinate_digest, coordinate_values, shard_coordinates
 from engine.cube.verify import MIXED, repair, shard_code, stored_config_hash
 from engine.errors import StoreError
 from engine.study.source import code_fingerprint
 from engine.sweep.config import Sweep, check_out
+from engine.sweep.samples import SAMPLE
 
 _AGAIN = "or use --overwrite to solve it all again"
 
@@ -132,7 +137,7 @@ def _unfinished_afresh(cube: Cube, attrs: dict, identity: dict | None) -> bool:
     parameters, the code and the identity alone. A finished one is solved again."""
     recorded = cube.markers.afresh()
     return (identity is not None and recorded is not None and recorded == _afresh(cube.sweep, identity)
-            and attrs.get("config_hash") == cube.sweep.config_hash and solves_something(cube))
+            and cube.sweep.matches_hash(attrs.get("config_hash")) and solves_something(cube))
 
 
 def _check_is_cube(cube: Cube, attrs: dict) -> None:
@@ -148,15 +153,44 @@ def _check_config(cube: Cube, attrs: dict) -> None:
     """Refuse a cube of another config, naming the first key that differs where
     the cube's own config can be read back."""
     sweep, found = cube.sweep, attrs["config_hash"]
-    if found == sweep.config_hash or found in _hashes_with_other_solver(sweep, attrs):
-        return
-    if stored_config_hash(cube.path) == sweep.config_hash:  # its config_hash attribute edited: repaired
+    if sweep.matches_hash(found) or found in _hashes_with_other_solver(sweep, attrs) or \
+            stored_config_hash(cube.path) == sweep.config_hash:  # (its config_hash attribute edited: repaired)
+        _check_draws(cube)
         return
     key = _differing_key(cube.path, sweep)
     raise StoreError(
         f"{cube.path}: holds a cube of another config ({f'{key} differs; ' if key else ''}hash {found[:12]}, this "
         f"config {sweep.config_hash[:12]}); use --overwrite to replace it or choose another --out"
     )
+
+
+def _check_draws(cube: Cube) -> None:
+    """Refuse a sampled cube whose draws are not the ones this process draws
+    from the same file (another scipy or numpy drew them otherwise; the config
+    hash names the design by the file's values alone): the checksums of the
+    coordinates its done shards wrote (or its making wrote, before the shards
+    did) against this process's draws over the same samples."""
+    sweep = cube.sweep
+    names = [name for name in shard_coordinates(sweep) if name != SAMPLE]
+    if not names:
+        return
+    recorded = cube.markers.coordinates() or {}
+    differs = next((name for name in names if name in recorded
+                    and coordinate_digest(sweep.samples.draws[name]) != recorded[name]), None)
+    grid = cube.layout(GRID)
+    for shard, marker in cube.markers.read(GRID).items():
+        if differs is not None:
+            break
+        written = (marker or {}).get("digests") or {}
+        rows = grid.region(shard)[0]
+        differs = next((name for name in names if name in written
+                        and digest(coordinate_values(sweep, name, rows)) != written[name]), None)
+    if differs is not None:
+        import scipy
+
+        raise StoreError(f"{cube.path}: its sampled design's {differs} draws are not the ones this file draws "
+                         f"here (scipy {scipy.__version__}, numpy {np.__version__}): drawn by another scipy or "
+                         f"numpy; resume it where it was made, or use --overwrite to solve it with these draws")
 
 
 def _hashes_with_other_solver(sweep: Sweep, attrs: dict) -> set[str]:

@@ -208,14 +208,18 @@ class Cube:
         each). Returns each shard's checksums (name -> digest) for its done
         marker. Every chunk is a job of the process's chunk writers
         (engine.cube.chunks), all of them at once; it returns once every one
-        has ended, and raises the first error (a full disk) after that."""
+        has ended, and raises the first error (a full disk) after that. An
+        array of fewer dimensions than the region (a sampled design's
+        coordinates, along the cube's first dimension) is written over the
+        region's leading slices."""
         writers = self._writers(list(dict.fromkeys(name for _, values in regions for name in values)))
         writing, submitted, jobs = pool(), [], []
         try:
             for region, values in regions:
                 jobs.append({})
                 for name, array in values.items():
-                    jobs[-1][name] = writing.submit(writers[name].write, region, array)
+                    writer = writers[name]
+                    jobs[-1][name] = writing.submit(writer.write, region[:len(writer.shape)], array)
                     submitted.append(jobs[-1][name])
         finally:  # every job submitted has ended before this returns or raises (Ctrl-C, a refused submit)
             concurrent.futures.wait(submitted)

@@ -48,7 +48,8 @@ def critical_name(sweep_or_axis) -> str:
 class Variable:
     """One array of the cube. `values`: a coordinate's, written with the
     structure (zarr's own chunks and compressor); None: a variable the shards
-    write (`chunks`, one shard's region; the fill value until then)."""
+    write (`chunks`, one shard's region; the fill value until then), a sampled
+    design's coordinates among them (sample_coordinates)."""
 
     dims: tuple[str, ...]
     shape: tuple[int, ...]
@@ -124,19 +125,43 @@ def structure(sweep: Sweep, devices: str) -> tuple[dict[str, Variable], dict]:
 def sample_coordinates(sweep: Sweep, chunk: int) -> dict[str, Variable]:
     """A sampled design's dimension (its points' index) and each drawn
     parameter's values along it, in the shards' blocks along `sample` (`chunk`)
-    and their compressor: a shard's points read one chunk of each, and the
-    coordinates are written and read back in less time than zarr's own chunks
-    and compressor (zstd) take (4.2 million points, three coordinates: 1.9 s ->
-    1.1 s on 2 busy cores)."""
+    and their compressor. Not written with the structure: each sample block's
+    coordinates are written by the grid shard that is the block's first
+    (shard_coordinates), with its outputs and under its done marker's
+    checksums, so the store's making holds no design-sized write (4.2 million
+    points, three coordinates: 1.1 s of a run on 2 busy cores, before any
+    solve). Until its shard is solved a block's coordinates read as their
+    fill value (index 0, NaN draws), as its outputs read NaN."""
     samples = sweep.samples
-    index = np.arange(samples.points)
     chunks = (min(chunk, samples.points),)
-    arrays = {SAMPLE: Variable((SAMPLE,), index.shape, index.dtype.name,
-                               {"long_name": "sample", "description": samples.describe()}, chunks, index)}
-    for name, values in samples.draws.items():
+    arrays = {SAMPLE: Variable((SAMPLE,), (samples.points,), "int64",
+                               {"long_name": "sample", "description": samples.describe()}, chunks)}
+    for name in samples.parameters:
         attrs = described(sweep.study.parameter(name)) | {"distribution": json.dumps(samples.parameters[name])}
-        arrays[name] = Variable((SAMPLE,), values.shape, "float64", attrs, chunks, values)
+        arrays[name] = Variable((SAMPLE,), (samples.points,), "float64", attrs, chunks)
     return arrays
+
+
+def shard_coordinates(sweep: Sweep) -> tuple[str, ...]:
+    """The coordinates the grid's shards write (a sampled design's, along
+    `sample`, the cube's first dimension): none for a grid."""
+    return (SAMPLE, *sweep.samples.parameters) if sweep.samples is not None else ()
+
+
+def writes_coordinates(layout, shard: int) -> bool:
+    """Whether grid `shard` writes its sample block's coordinates: the block's
+    first shard, at the first block of every other dimension (one writer a
+    block, whatever else is swept beside the design)."""
+    return not any(np.unravel_index(shard, layout.blocks)[1:])
+
+
+def coordinate_values(sweep: Sweep, name: str, rows: slice) -> np.ndarray:
+    """A shard-written coordinate's values (shard_coordinates) over `rows` of
+    the design: the sample index, or a drawn parameter's draws (a view)."""
+    if name == SAMPLE:
+        start, stop, _ = rows.indices(sweep.samples.points)
+        return np.arange(start, stop, dtype=np.int64)
+    return sweep.samples.draws[name][rows]
 
 
 def time_coordinate(sweep: Sweep) -> Variable:

@@ -2,7 +2,8 @@
 
 A reader trusts what it reads, so verify reads all of it: every done shard's
 data (decoded, as a reader would) against the checksums its done marker
-recorded when the shard was written; the coordinates against the checksums
+recorded when the shard was written (a sampled design's coordinates, which
+its shards write, among them); the other coordinates against the checksums
 recorded when the cube was created; each array's own metadata against the
 cube's consolidated metadata (which xarray reads; zarr reads the array's);
 the stored config against its hash; a sensitivity sweep's indices against
@@ -23,12 +24,13 @@ import uuid
 import numpy as np
 
 from engine.cube.chunks import digest
-from engine.cube.markers import GRID, MARKERS, Markers
+from engine.cube.markers import GRID, MARKERS, UNREADABLE, Markers
 from engine.cube.provenance import describe_identity
 from engine.cube.sensitivity import index_problems
 from engine.cube.store import Cube, quiet_zarr
-from engine.cube.structure import coordinate_digest, kind_arrays
+from engine.cube.structure import coordinate_digest, coordinate_values, kind_arrays, shard_coordinates
 from engine.study.status import Status
+from engine.sweep.layout import Layout
 
 # Values read at once while checking: block rows of shards are read together (one
 # read per shard took ~1 ms each), up to this many values.
@@ -122,6 +124,8 @@ def check_shards(cube: Cube) -> ShardCheck:
                     bad[shard] = f"{name} differs from what was written (chunk lost or damaged)"
                 elif name.endswith("status") and np.any(values == Status.PENDING):
                     bad[shard] = "is marked done but has points never written"
+        if kind == GRID:
+            _check_coordinates(sweep, group, layout, markers, done, bad)
         sound[kind] = {s: markers[s] for s in done if s not in bad}
     # Counted over the shards found done and sound, as the points done are: the
     # shards a live run is writing meanwhile are in neither.
@@ -129,6 +133,30 @@ def check_shards(cube: Cube) -> ShardCheck:
         for code, n in shard_counts.get(shard, {}).items():
             counts[int(code)] = counts.get(int(code), 0) + int(n)
     return ShardCheck(damaged, sound, counts)
+
+
+def _check_coordinates(sweep, group, layout, markers: dict, done: list, bad: dict) -> None:
+    """A sampled design's coordinates, as its grid shards wrote them
+    (engine.cube.structure.shard_coordinates), read back against the
+    checksums in the done markers of the shards that wrote them; a shard whose
+    coordinates are damaged is damaged (a run solves it again, writing them
+    again). A cube whose coordinates were written with its structure (made
+    before the shards wrote them) has none in its markers: coordinate_problems
+    checks those."""
+    rows = Layout(layout.shape[:1], layout.chunks[:1])
+    for name in shard_coordinates(sweep):
+        if name not in group:
+            continue  # reported by verify as a missing variable
+        writers = {}  # sample block -> the done shard whose marker holds its checksum
+        for shard in done:
+            if shard not in bad and name in (markers[shard].get("digests") or {}):
+                writers[int(np.unravel_index(shard, layout.blocks)[0])] = shard
+        for row, values in read_by_shard(group[name], rows, sorted(writers)):
+            shard = writers[row]
+            if isinstance(values, Exception):
+                bad.setdefault(shard, f"coordinate {name} cannot be read ({_one_line(values)})")
+            elif shard not in bad and digest(values) != markers[shard]["digests"][name]:
+                bad[shard] = f"coordinate {name} differs from what was written (chunk lost or damaged)"
 
 
 def shard_code(marker: dict | None, made_by: str | None) -> str:
@@ -224,7 +252,7 @@ def coordinate_problems(cube: Cube, group) -> tuple[dict[str, str], bool]:
     recorded = cube.markers.coordinates()
     if recorded is None:
         return {}, False
-    if not recorded:
+    if recorded is UNREADABLE:
         return {"": f"the coordinates' checksums ({cube.markers.coordinates_path.name}) cannot be read"}, True
     problems = {}
     for name, expected in recorded.items():
@@ -243,7 +271,7 @@ def config_problem(cube: Cube, attrs: dict) -> str | None:
     """Where the cube's stored config (which `Cube.sweep` reads back) does not
     hash to its config_hash attribute (which a run compares its own against)."""
     found = attrs.get("config_hash")
-    if found != cube.sweep.config_hash:
+    if not cube.sweep.matches_hash(found):
         return (f"its config_hash attribute {str(found)[:12]} is not its stored config's hash "
                 f"{cube.sweep.config_hash[:12]} (one of them edited)")
     return None
@@ -305,7 +333,9 @@ def _repair_config(cube: Cube) -> None:
     attrs, sweep = cube.attrs, cube.sweep
     stored = sweep.config_hash if attrs.get("config") == sweep.text else stored_config_hash(cube.path)
     found = attrs.get("config_hash")
-    if stored == found:  # as made (this sweep's, or one with its solver written otherwise)
+    # As made: this sweep's (its hash in the form of the cube's making), or one
+    # with its solver written otherwise.
+    if stored == found or (stored == sweep.config_hash and sweep.matches_hash(found)):
         return
     if stored == sweep.config_hash:
         cube.set_attribute("config_hash", stored)
@@ -322,13 +352,20 @@ def _write_coordinates(cube: Cube) -> None:
 
     from engine.cube.structure import structure
 
-    arrays, _ = structure(cube.sweep, "unrecorded")
+    sweep = cube.sweep
+    arrays, _ = structure(sweep, "unrecorded")
+    recorded = cube.markers.coordinates() or {}
     digests = {}
     with quiet_zarr():
         for name, v in arrays.items():
-            if v.values is not None:
+            values = v.values
+            if values is None and name in recorded and name in shard_coordinates(sweep):
+                # A sampled design's, recorded where the cube's making wrote them
+                # whole (before its shards wrote them): written whole again.
+                values = coordinate_values(sweep, name, slice(None))
+            if values is not None:
                 array = zarr.open_array(cube.path / name, mode="r+")
-                array[...] = v.values
+                array[...] = values
                 digests[name] = coordinate_digest(array[...])
     cube.markers.record_coordinates(digests)
 
@@ -439,6 +476,14 @@ def cube_problems(cube: Cube, check: ShardCheck) -> CubeProblems:
         found.notes.append("coordinates not checksummed: made before they were, not checked")
     if sweep.sensitivity is not None:  # its indices against the checksums their analysis recorded
         found.repairs += index_problems(cube, group=group)
+    grid = kind_arrays(sweep)[GRID][0]
+    for name in shard_coordinates(sweep):
+        if name not in group:
+            found.unrepairable.append(f"coordinate {name} is missing")
+        elif (tuple(group[name].shape), tuple(group[name].chunks)) != (grid.shape[:1], grid.chunks[:1]):
+            found.unrepairable.append(f"coordinate {name}: shape {tuple(group[name].shape)} in chunks "
+                                      f"{tuple(group[name].chunks)}, not the design's {grid.shape[:1]} in the "
+                                      f"shards' {grid.chunks[:1]}")
     for layout, names in kind_arrays(sweep).values():
         for name in names:
             extra = sweep.output_shape(name) if name in sweep.outputs else ()

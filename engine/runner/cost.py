@@ -161,7 +161,8 @@ def program_calls(sweep: Sweep) -> list[tuple[dict, tuple[str, ...]]]:
     key the program (engine.runner.ahead makes them ready from these)."""
     import numpy as np
 
-    grid = sweep.point_params(sweep.axis_names, [np.asarray(axis.values[:1]) for axis in sweep.axes], 1)
+    grid = sweep.point_params(sweep.axis_names, [np.asarray(axis.values[:1]) for axis in sweep.axes], 1,
+                              kinds_only=True)
     calls = [(grid, sweep.outputs)]
     if sweep.critical is not None:
         c = sweep.critical

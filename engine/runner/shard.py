@@ -18,7 +18,7 @@ import engine.stages as stages
 from engine.cube.markers import CRITICAL, GRID
 from engine.cube.provenance import identity
 from engine.cube.store import Cube
-from engine.cube.structure import critical_name
+from engine.cube.structure import coordinate_values, critical_name, shard_coordinates, writes_coordinates
 from engine.runner.tasks import Task
 from engine.solve._host_memory import reused_arrays
 from engine.solve.base import Plan
@@ -42,6 +42,19 @@ def _regions(layout, task: Task, arrays: dict) -> list:
         region = layout.region(shard)
         shape = tuple(s.stop - s.start for s in region)
         regions.append((region, {k: v.reshape(shape + v.shape[1:]) for k, v in values.items()}))
+    return regions
+
+
+def _with_coordinates(sweep, layout, task: Task, regions: list) -> list:
+    """`regions` with a sampled design's coordinates (the sample index and the
+    draws over the shard's rows) added to those of the shards that write
+    them (engine.cube.structure.writes_coordinates): written with the
+    shard's outputs, checksummed in its done marker."""
+    names = shard_coordinates(sweep)
+    if names:
+        for shard, (region, values) in zip(task.shards, regions, strict=True):
+            if writes_coordinates(layout, shard):
+                values.update({name: coordinate_values(sweep, name, region[0]) for name in names})
     return regions
 
 
@@ -79,7 +92,8 @@ def start_grid_task(cube: Cube, plan: Plan, task: Task):
             result = queued.result()
             flat = dict(result.outputs, status=result.status, num_steps=result.num_steps,
                         num_events=result.num_events)
-            return _finish(cube, plan, task, result.status, begun - fed, _regions(grid, task, flat))
+            regions = _with_coordinates(sweep, grid, task, _regions(grid, task, flat))
+            return _finish(cube, plan, task, result.status, begun - fed, regions)
 
     return finish
 

@@ -131,27 +131,39 @@ class Sweep:
         cluster's `scheduler`, else the one asked for, else the sweep file's."""
         return "local" if scheduler else (executor or self.executor)
 
-    def point_params(self, names, columns, n: int) -> dict:
+    def point_params(self, names, columns, n: int, kinds_only: bool = False) -> dict:
         """The parameters of `n` points: the axes `names` as their `columns`, and
         every fixed parameter as one value seen n times (a read-only view, not n
         copies: a shard of 2^20 points wrote 8 MiB for each, and the solver
-        recognises it as fixed: engine.solve.evaluate)."""
+        recognises it as fixed: engine.solve.evaluate). `kinds_only`: arguments
+        of the same kinds, where values do not matter (a program made ready
+        ahead of its calls): a drawn parameter a column of its default, its
+        draws not waited for."""
         params = {k: np.broadcast_to(np.asarray(v), (n,)) for k, v in self.parameters.items()}
         params.update(dict(zip(names, columns, strict=True)))
         if self.samples is not None:  # the sample index: the drawn parameters' values there
             index = params.pop(SAMPLE)
-            params.update({name: values[index[:n]] for name, values in self.samples.draws.items()})
+            if kinds_only:
+                params.update({name: np.full(n, float(self.study.parameter(name).default))
+                               for name in self.samples.parameters})
+            else:
+                params.update({name: values[index[:n]] for name, values in self.samples.draws.items()})
         return params
 
-    def canonical(self) -> dict:
-        """Everything that determines the cube's values and layout (not where or how it runs)."""
+    def canonical(self, draws_digested: bool = False) -> dict:
+        """Everything that determines the cube's values and layout (not where or
+        how it runs). A sampled design's `sample` axis by its length alone (its
+        values are its index) and its design by the file's values
+        (Samples.canonical); `draws_digested`: both by their values' digests, as
+        cubes made before 2026-11-29 hashed them (config_hash_drawn)."""
         return {
             "study": self.study.name,
             "outputs": list(self.outputs),
             "parameters": {k: float(v) for k, v in sorted(self.parameters.items())},
             # The values' exact float64 bytes, hashed (a million values as JSON text
             # took a second to hash).
-            "axes": [[a.name, len(a.values), _digest(a.values)] for a in self.axes],
+            "axes": [[a.name, len(a.values)] if self.samples is not None and a.name == SAMPLE and not draws_digested
+                     else [a.name, len(a.values), _digest(a.values)] for a in self.axes],
             "solver": self.solver.asdict(),
             # Sample times, where there are some (cubes without keep their hash).
             **({"save_times": [len(self.solver.save_times), times_digest(self.solver.save_times)]}
@@ -162,7 +174,7 @@ class Sweep:
             # resumed by another. (Only where asked for: the cubes made before
             # the key keep their hash.)
             **({"batch_solver": self.batch_solver} if self.batch_solver else {}),
-            **({"samples": self.samples.canonical()} if self.samples else {}),
+            **({"samples": self.samples.canonical(draws_digested)} if self.samples else {}),
         }
 
     @functools.cached_property
@@ -170,6 +182,20 @@ class Sweep:
         # Cached: it hashes every axis value, and each shard's task key uses it.
         blob = json.dumps(self.canonical(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
+
+    @functools.cached_property
+    def config_hash_drawn(self) -> str | None:
+        """A sampled sweep's hash as a cube made before 2026-11-29 records it
+        (its draws and sample index digested: canonical(draws_digested=True)),
+        which is this sweep's cube too; None for a grid (its hash never changed)."""
+        if self.samples is None:
+            return None
+        return hashlib.sha256(json.dumps(self.canonical(draws_digested=True), sort_keys=True).encode()).hexdigest()
+
+    def matches_hash(self, found_hash) -> bool:
+        """Whether a cube's config_hash attribute `found_hash` is this sweep's
+        (in the current form, or a sampled sweep's earlier one)."""
+        return found_hash == self.config_hash or (self.samples is not None and found_hash == self.config_hash_drawn)
 
 
 def _digest(values) -> str:
@@ -258,7 +284,7 @@ def parse_sweep(text: str, *, file="<string>", out=None) -> Sweep:
     if samples is not None:  # the design's leading dimension: its points' index, the draws its coordinates
         axes = (Axis(SAMPLE, np.arange(samples.points), {"samples": samples.points}),) + axes
     check.grid_size(axes)
-    drawn = samples.draws if samples is not None else {}
+    drawn = samples.drawn_later if samples is not None else {}  # drawn where a constraint reads them
     parameters = {n: float(overrides.get(n, p.default)) for n, p in known.items()
                   if n not in axes_doc and n not in drawn}
     check_constraints(file, study, parameters, axes[1:] if samples is not None else axes,

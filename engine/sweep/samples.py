@@ -9,11 +9,14 @@ depend on the shard or the machine that solves it. The cube gets a leading
 (engine.sweep.sensitivity), and `n` is its base samples or trajectories.
 """
 
+import collections.abc
+import concurrent.futures
 import dataclasses
 import functools
 import hashlib
 import json
 import math
+import threading
 
 import numpy as np
 
@@ -78,25 +81,71 @@ class Samples:
                                for j, (name, spec) in enumerate(self.parameters.items())}
         return design["draws"]
 
+    def _key(self) -> str:
+        return json.dumps([self.method, self.n, self.seed, self.parameters,
+                           None if self.sensitivity is None else
+                           [self.sensitivity.second_order, self.sensitivity.levels]])
+
     def _design(self) -> dict:
         """This design's entry in the process's cache (DESIGNS): a sweep is
         read more than once in a process (the run's file, then its cube's
         attributes; status, verify), and the bicycle's 25-parameter Sobol'
-        design is 884,736 x 25 draws."""
-        key = json.dumps([self.method, self.n, self.seed, self.parameters,
-                          None if self.sensitivity is None else
-                          [self.sensitivity.second_order, self.sensitivity.levels]])
-        design = _DESIGNS.pop(key, None)
+        design is 884,736 x 25 draws. Drawn here, or waited for where
+        draw_ahead's thread draws it (its error raised here)."""
+        key = self._key()
+        with _LOCK:
+            ahead = _AHEAD.get(key)
+        if ahead is not None:
+            try:
+                ahead.result()  # in the cache once done
+            finally:
+                with _LOCK:
+                    _AHEAD.pop(key, None)
+        with _LOCK:
+            design = _DESIGNS.pop(key, None)
         if design is None:
-            if self.sensitivity is not None:
-                unit = self.sensitivity.unit_design(self.parameters, self.n, self.seed)
-            else:
-                unit = unit_draws(self.method, self.n, len(self.parameters), self.seed)
-            design = {"unit": _read_only(unit)}
-        _DESIGNS[key] = design  # the most recent last
-        while len(_DESIGNS) > DESIGNS_KEPT:
-            del _DESIGNS[next(iter(_DESIGNS))]
+            design = {"unit": _read_only(self._unit())}
+        with _LOCK:
+            _DESIGNS[key] = design  # the most recent last
+            while len(_DESIGNS) > DESIGNS_KEPT:
+                del _DESIGNS[next(iter(_DESIGNS))]
         return design
+
+    def _unit(self) -> np.ndarray:
+        if self.sensitivity is not None:
+            return self.sensitivity.unit_design(self.parameters, self.n, self.seed)
+        return unit_draws(self.method, self.n, len(self.parameters), self.seed)
+
+    def draw_ahead(self) -> None:
+        """Draw the design on a thread of its own (scipy.stats imported there,
+        0.5-1.5 s), into the process's cache, for a run that needs its draws
+        only once its tasks start: the run's planning, its program's load and
+        its store's making go on meanwhile, and the first to ask for the draws
+        waits for them. Nothing where they are drawn or being drawn."""
+        key = self._key()
+        with _LOCK:
+            if key in _DESIGNS or key in _AHEAD:
+                return
+            _AHEAD[key] = future = concurrent.futures.Future()
+
+        def draw():
+            try:
+                unit = _read_only(self._unit())
+                draws = {name: _read_only(inverse_cdf(spec, unit[:, j]))
+                         for j, (name, spec) in enumerate(self.parameters.items())}
+                with _LOCK:
+                    _DESIGNS[key] = {"unit": unit, "draws": draws}
+                future.set_result(None)
+            except BaseException as err:  # noqa: BLE001 - raised where the draws are asked for
+                future.set_exception(err)
+
+        threading.Thread(target=draw, name="rollsweep-draws", daemon=True).start()
+
+    @property
+    def drawn_later(self) -> collections.abc.Mapping:
+        """The drawn parameters' names, their draws made only when one is read
+        (the draws themselves: Samples.draws)."""
+        return _Draws(self)
 
     def describe(self) -> str:
         if self.sensitivity is None:
@@ -115,22 +164,58 @@ class Samples:
         state.pop("unit", None)
         return state
 
-    def canonical(self) -> dict:
-        design = self._design()
-        if "digest" not in design:
-            digest = hashlib.sha256()
-            for values in self.draws.values():
-                digest.update(np.ascontiguousarray(values, dtype="<f8").tobytes())
-            design["digest"] = digest.hexdigest()
-        return {"method": self.method, "n": self.n, "seed": self.seed, "parameters": self.parameters,
-                "draws": design["digest"],
+    def canonical(self, draws_digested: bool = False) -> dict:
+        """What makes the design: the file's method, n, seed and distributions,
+        from which the draws are made again anywhere. Not the draws' bytes (a
+        sha256 of 128 MB, 0.25-0.35 s, for 2^23 points of two parameters):
+        whether a cube's draws are this process's (another scipy or numpy may
+        draw otherwise) is checked where a run resumes it, against the
+        checksums of the coordinates its shards wrote (engine.cube.prepare).
+        `draws_digested`: as cubes made before 2026-11-29 hashed it, with the
+        draws' digest (Sweep.config_hash_drawn)."""
+        drawn = {}
+        if draws_digested:
+            design = self._design()
+            if "digest" not in design:
+                digest = hashlib.sha256()
+                for values in self.draws.values():
+                    digest.update(np.ascontiguousarray(values, dtype="<f8").tobytes())
+                design["digest"] = digest.hexdigest()
+            drawn = {"draws": design["digest"]}
+        return {"method": self.method, "n": self.n, "seed": self.seed, "parameters": self.parameters, **drawn,
                 # Only where there is one: a [samples] sweep's hash is what it was.
                 **({"sensitivity": self.sensitivity.canonical()} if self.sensitivity else {})}
 
 
+class _Draws(collections.abc.Mapping):
+    """A design's drawn parameters by name, each one's draws made only when
+    read (Samples.drawn_later): which parameters are drawn, asked without
+    drawing them."""
+
+    def __init__(self, samples: Samples):
+        self._samples = samples
+
+    def __getitem__(self, name):
+        if name not in self._samples.parameters:
+            raise KeyError(name)
+        return self._samples.draws[name]
+
+    def __contains__(self, name):
+        return name in self._samples.parameters
+
+    def __iter__(self):
+        return iter(self._samples.parameters)
+
+    def __len__(self):
+        return len(self._samples.parameters)
+
+
 # Designs kept by a process, most recent last: key -> {"unit", "draws",
-# "digest"}, each made when first asked for (Samples._design).
+# "digest"}, each made when first asked for (Samples._design); the designs
+# being drawn on a thread (Samples.draw_ahead): key -> its Future.
 _DESIGNS: dict[str, dict] = {}
+_AHEAD: dict[str, concurrent.futures.Future] = {}
+_LOCK = threading.Lock()
 DESIGNS_KEPT = 2
 
 
@@ -153,6 +238,10 @@ def unit_draws(method: str, n: int, d: int, seed: int) -> np.ndarray:
 def inverse_cdf(spec: dict, unit: np.ndarray) -> np.ndarray:
     """The distribution's values at the unit draws `unit`: its inverse CDF,
     finite at draws of exactly 0 or 1 (OPEN_EDGE)."""
+    (kind, args), = spec.items()
+    if kind == "uniform":  # scipy.stats.uniform's ppf, bit for bit, without importing scipy.stats
+        lower, scale = _uniform(args)
+        return np.asarray(np.asarray(unit, dtype=np.float64) * scale + lower, dtype=np.float64)
     law = distribution(spec)
     values = _ppf(law, unit)
     infinite = ~np.isfinite(values)
@@ -173,6 +262,24 @@ def _ppf(law, unit: np.ndarray) -> np.ndarray:
     if not (np.all(dist._argcheck(*args)) and scale > 0 and unit.ndim == 1 and np.all((unit > 0) & (unit < 1))):
         return law.ppf(unit)
     return np.asarray(dist._ppf(unit, *args) * scale + loc, dtype=np.float64)
+
+
+def _uniform(args) -> tuple[float, float]:
+    """A uniform = [lower, upper]'s loc and scale, as scipy.stats.uniform(lower,
+    upper - lower) holds them: its ppf is `q * scale + loc` at every q in
+    [0, 1] (uniform's own ppf is q), its support (0 * scale + loc, 1 * scale +
+    loc)."""
+    return float(args[0]), float(args[1]) - float(args[0])
+
+
+def support(spec: dict) -> tuple[float, float]:
+    """The distribution's support, as scipy.stats gives it (a uniform's without
+    importing scipy.stats: 0.5-1.5 s of a run)."""
+    (kind, args), = spec.items()
+    if kind == "uniform":
+        loc, scale = _uniform(args)
+        return 0.0 * scale + loc, 1.0 * scale + loc
+    return distribution(spec).support()
 
 
 def distribution(spec: dict):
@@ -254,6 +361,11 @@ def parse_samples(table: dict, study, axes_names, fixed_keys: dict, file,
         _check_distribution(key, spec, known[name], fail)
     samples = Samples(method, n, seed, {name: {k: [float(a) for a in v] for k, v in spec.items()}
                                         for name, spec in drawn.items()}, sensitivity)
+    if all(_inside(spec) and not known[name].integer for name, spec in samples.parameters.items()):
+        # Every draw is inside its parameter's allowed range, as its support is
+        # (checked above), and none need be a whole number: the draws wait
+        # until a run or a reader needs them.
+        return samples
     for name, values in samples.draws.items():
         outside = np.flatnonzero(~known[name].admitted(values))
         if outside.size:
@@ -261,6 +373,15 @@ def parse_samples(table: dict, study, axes_names, fixed_keys: dict, file,
             fail(f"samples.parameters.{name}", f"draw {values[i]!r} (sample {i}) is outside the allowed range "
                  f"{known[name].domain}{known[name].unit_suffix}")
     return samples
+
+
+def _inside(spec: dict) -> bool:
+    """Whether every draw of the distribution lies in its support as
+    _check_distribution checked it against the allowed range: a uniform's, its
+    ppf `q * scale + loc` rounded monotonically in q, from loc at q = 0 to at
+    most 1 * scale + loc (q < 1) or exactly it (q = 1). Others' draws are
+    checked one by one."""
+    return next(iter(spec)) == "uniform"
 
 
 def _check_distribution(key, spec, parameter, fail) -> None:
@@ -281,7 +402,7 @@ def _check_distribution(key, spec, parameter, fail) -> None:
         fail(f"{key}.{kind}", f"the lower bound {args[-2]!r} must be below the upper {args[-1]!r}")
     if kind == "triangular" and not (args[0] <= args[1] <= args[2] and args[0] < args[2]):
         fail(f"{key}.{kind}", "must be [lower, mode, upper] with lower <= mode <= upper and lower < upper")
-    lower, upper = distribution(spec).support()
+    lower, upper = support(spec)
     allowed = parameter.allowed
     leaves = lower < allowed.lower or upper > allowed.upper or (allowed.lower_open and lower == allowed.lower) or (
         allowed.upper_open and upper == allowed.upper)
