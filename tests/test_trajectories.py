@@ -347,3 +347,28 @@ def test_evaluate_on_a_plan_that_writes_no_samples_is_refused(fused_writes_no_sa
     params = {p.name: np.full(2, p.default) for p in study.parameters}
     with pytest.raises(ValueError, match="the fused solver does not yet write samples at \\[save\\] times"):
         evaluate(study, SolverSettings(save_times=(0.0, 1.0)), params, plan=make_plan(study, solver="fused"))
+
+
+def test_the_lanes_keep_the_samples_the_finish_reads():
+    """The lanes keep, of each sample, the state's components its finish reads
+    (static slices of saved_y) and its mode only where the finish reads it:
+    the rolling ball's x and x_dot, not its spin; any other read of saved_y,
+    or the solution returned whole, keeps every component and the mode."""
+    import jax
+    import jax.numpy as jnp
+
+    from engine.solve.hybrid import solution_shapes
+    from engine.solve.lanes.batch import samples_read
+
+    solution = solution_shapes(jax.ShapeDtypeStruct((5,), jnp.float64), 2, 7)
+    row = {"v": jax.ShapeDtypeStruct((), jnp.float64)}
+    assert samples_read(lambda p, sol: sol.saved_y[:, 1] * p["v"] + sol.saved_y[:, 0], row, solution) == ((0, 1), False)
+    assert samples_read(lambda p, sol: (sol.saved_y[:, 3:5], sol.saved_mode), row, solution) == ((3, 4), True)
+    assert samples_read(lambda p, sol: sol.saved_y.sum(axis=0), row, solution) == ((0, 1, 2, 3, 4), False)
+    assert samples_read(lambda p, sol: sol, row, solution) == ((0, 1, 2, 3, 4), True)
+    assert samples_read(lambda p, sol: sol.t, row, solution) == ((), True)
+    study = engine.load_study("pingpong")
+    settings = SolverSettings(save_times=(0.0, 1.0))
+    pingpong_row = {p.name: jax.ShapeDtypeStruct((), jnp.float64) for p in study.parameters}
+    assert samples_read(lambda p, sol: study.solve_point.finish(p, sol, settings).outputs, pingpong_row,
+                        solution_shapes(jax.ShapeDtypeStruct((5,), jnp.float64), 2, 2)) == ((0, 1), False)

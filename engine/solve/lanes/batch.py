@@ -80,10 +80,13 @@ class _Results(PytreeDataclass):
 
     out: object
     log: dict
-    # where the sweep samples times: {saved_y: (columns, times, state),
-    # saved_mode: (columns, times)}, a column a point or a lane as the log
-    # (columns first: a sample's state is contiguous, which the writes of
-    # single samples need); None without samples
+    # where the sweep samples times: the samples the finish reads (the state's
+    # components it reads, then the mode as a float if it reads it: one write
+    # a sample), {lanes: (lanes, times, kept)} a lane's as its point writes
+    # them, and where the finish runs after the loop the points' copied out of
+    # their lanes as they finish, points: (points, times, kept) with sampled:
+    # (points,) the end of each point's written times; lanes or points first,
+    # so a sample is contiguous; None without samples
     saved: dict | None = None
 
 
@@ -123,6 +126,8 @@ class _Batch:
         self.rows = self.log_rows(point, settings)
         self.finish_at_end = max(self.rows.values()) <= KEPT_LOG_ROWS
         self.columns = n if self.finish_at_end else self.lanes  # of the event log
+        if self.machine.times is not None:
+            self.components, self.keep_mode = samples_read(self.finish, self.one_row(), self.solution_shape())
 
     def log_rows(self, point: HybridPoint, settings: SolverSettings) -> dict:
         """Rows kept of each array of the event log, for this batch's finish (log_rows_read)."""
@@ -134,6 +139,10 @@ class _Batch:
 
     def y_shape(self) -> jax.ShapeDtypeStruct:
         return jax.ShapeDtypeStruct((self.n_state,), self.dtype)
+
+    def solution_shape(self) -> HybridSolution:
+        """One point's solution, as the finish gets it (shapes)."""
+        return solution_shapes(self.y_shape(), self.rows, len(self.machine.times or ()))
 
     def started(self, start: _Plan, point, slot) -> _Lane:
         """Lanes `slot` at the start of the points `point`, from their rows of the plan."""
@@ -166,9 +175,9 @@ class _Batch:
         """Before the first refill every lane is idle (point n, "none")."""
         n = self.n
         lanes = jnp.arange(self.lanes)
-        # A lane's slot only where the log is kept a column a lane (None: no
-        # leaf, nothing carried, gathered or picked).
-        slot = None if self.finish_at_end else lanes
+        # A lane's slot only where the log or the samples are kept a column a
+        # lane (None: no leaf, nothing carried, gathered or picked).
+        slot = None if self.finish_at_end and self.machine.times is None else lanes
         return self.started(_take(self.plan, jnp.minimum(lanes, n - 1)), jnp.full((self.lanes,), n, jnp.int32), slot)
 
     def no_results(self) -> _Results:
@@ -179,16 +188,19 @@ class _Batch:
         times its state)."""
         n, columns = self.n, self.columns
         times = self.machine.times
-        blank = solution_shapes(self.y_shape(), self.rows, len(times or ()))  # one point's solution
+        blank = self.solution_shape()
         if self.finish_at_end:
             out = {k: jnp.zeros(a.shape[:-1] + (n,), a.dtype) for k, a in _end(self.empty()).items()}
         else:
             shapes = jax.eval_shape(self.finish, self.one_row(), blank)
             out = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape + (n,), a.dtype), shapes)
-        saved = None if times is None else {
-            "saved_y": jnp.full((columns, len(times), self.n_state), jnp.nan, self.dtype),
-            "saved_mode": jnp.full((columns, len(times)), -1, jnp.int32),
-        }
+        saved = None
+        if times is not None:
+            kept = len(self.components) + self.keep_mode
+            saved = {"lanes": jnp.full((self.lanes, len(times), kept), jnp.nan, self.dtype)}
+            if self.finish_at_end:
+                saved.update(points=jnp.full((n, len(times), kept), jnp.nan, self.dtype),
+                             sampled=jnp.zeros((n,), jnp.int32))
         return _Results(out=out, log={
             name: jnp.full(getattr(blank, name).shape + (columns,), _BLANK[name], getattr(blank, name).dtype)
             for name in EVENT_LOG
@@ -202,9 +214,25 @@ class _Batch:
         points_first = jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, -1, 0), replace(results, saved=None))
         if not self.finish_at_end:
             return points_first.out
-        saved = {} if results.saved is None else {**results.saved, "saved_t": self.saved_times((self.n,))}
+        saved = {} if results.saved is None else self.samples(results.saved["points"], results.saved["sampled"])
         solutions = HybridSolution(**points_first.out, **points_first.log, **saved)
         return jax.vmap(self.finish)(self.inputs, solutions)
+
+    def samples(self, kept, sampled) -> dict:
+        """A HybridSolution's samples, points or lanes first, from the kept ones
+        (..., times, kept: the components the finish reads, then the mode) of
+        which those before `sampled` (...) were written; the components it does
+        not read NaN, as its mode where it does not read it."""
+        index = jnp.arange(kept.shape[-2])
+        written = (index >= self.machine.first_sample) & (index < sampled[..., None])
+        unread = jnp.full(written.shape, jnp.nan, self.dtype)
+        # A component at a time: the finish's read of one is then of its own
+        # array, not of a (..., times, state) array made whole first.
+        y = jnp.stack([jnp.where(written, kept[..., self.components.index(c)], jnp.nan) if c in self.components
+                       else unread for c in range(self.n_state)], axis=-1)
+        mode = jnp.where(written, kept[..., -1], -1).astype(jnp.int32) if self.keep_mode else \
+            jnp.full(written.shape, -1, jnp.int32)
+        return {"saved_t": self.saved_times(sampled.shape), "saved_y": y, "saved_mode": mode}
 
     def refill(self, lane: _Lane, free, next_point):
         """Free lanes take the next points of the batch, in order."""
@@ -245,10 +273,20 @@ class _Batch:
         if not self.finish_at_end:
             return replace(results, out=self.finish_lanes(lane, results, finished))
         row = self.rows_of(lane, finished)
+        saved = results.saved
+        if saved is not None:
+            # The finished points' samples copied out of their lanes' columns (the
+            # full width's lanes are their slots: no gather).
+            kept = saved["lanes"] if lane.point.shape[0] == self.lanes else saved["lanes"][lane.slot]
+            saved = {
+                "lanes": saved["lanes"],
+                "points": saved["points"].at[row].set(kept, mode="drop", unique_indices=True),
+                "sampled": saved["sampled"].at[row].set(lane.sampled, mode="drop", unique_indices=True),
+            }
         return replace(results, out={
             k: results.out[k].at[..., row].set(value, mode="drop", unique_indices=True)
             for k, value in _end(lane).items()
-        })
+        }, saved=saved)
 
     def finish_lanes(self, lane, results: _Results, finished):
         """The finish of each finished lane's point, into the results: the lanes
@@ -287,14 +325,8 @@ class _Batch:
 
         saved = {}
         if results.saved is not None:
-            index = jnp.arange(len(self.machine.times))[:, None]
-            written = (index >= self.machine.first_sample) & (index < lane.sampled)
-            saved = {
-                "saved_t": jnp.moveaxis(self.saved_times(lane.sampled.shape), 0, -1),
-                "saved_y": jnp.where(written[:, None], jnp.moveaxis(results.saved["saved_y"][lane.slot], 0, -1),
-                                     jnp.nan),
-                "saved_mode": jnp.where(written, results.saved["saved_mode"][lane.slot].T, -1),
-            }
+            saved = jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, -1),
+                                           self.samples(results.saved["lanes"][lane.slot], lane.sampled))
         return HybridSolution(**_end(lane), **{name: column(name) for name in EVENT_LOG}, **saved)
 
     def sample(self, lane: _Lane, step, ends, y_end, mode, results: _Results):
@@ -306,16 +338,23 @@ class _Batch:
         times = jnp.asarray(self.machine.times, self.dtype)
         last = times.shape[0] - 1
         prepare, evaluate = self.machine.interpolate
-        own = lane.point if self.finish_at_end else lane.slot
-        width = own.shape[0]
+        width = lane.slot.shape[0]
         ahead = jnp.arange(_SAMPLES_A_PASS, dtype=jnp.int32)[:, None]
-        spare = self.columns + jnp.arange(_SAMPLES_A_PASS * width, dtype=own.dtype).reshape(-1, width)
+        spare = self.lanes + jnp.arange(_SAMPLES_A_PASS * width, dtype=lane.slot.dtype).reshape(-1, width)
+        first, last_kept = (self.components[0], self.components[-1] + 1) if self.components else (0, 0)
+        # a slice where the kept components are consecutive (a gather otherwise)
+        components = slice(first, last_kept) if self.components == tuple(range(first, last_kept)) else \
+            list(self.components)
+        mode = [mode.astype(self.dtype)[None]] if self.keep_mode else []
 
         def due(sampled):
             at = times[jnp.minimum(sampled, last)]
             return step.taken & (sampled <= last) & ((at < step.t1) | (ends & (at == step.t1)))
 
-        dense = prepare(step.t0, step.t1, step.y0, step.y1, step.stages)  # once a step
+        # once a step, of the components kept only (each is its own arithmetic)
+        dense = prepare(step.t0, step.t1, step.y0[components], step.y1[components],
+                        [k[components] for k in step.stages])
+        y_end = y_end[components]
 
         def one(carry):
             saved, sampled = carry
@@ -323,17 +362,14 @@ class _Batch:
             writes = due(sampled + ahead)  # true for a lane's first few (the times are sorted)
             at = times[rows]
             at_end = ends & (at == step.t1)
-            y = jnp.stack([jnp.where(at_end[j], y_end, evaluate(dense, at[j])) for j in range(_SAMPLES_A_PASS)])
-            column = jnp.where(writes & (lane.point < self.n), own, spare)
-            return {
-                "saved_y": saved["saved_y"].at[column, rows].set(jnp.swapaxes(y, 1, 2), mode="drop",
-                                                                 unique_indices=True),
-                "saved_mode": saved["saved_mode"].at[column, rows].set(jnp.broadcast_to(mode, rows.shape),
-                                                                       mode="drop", unique_indices=True),
-            }, sampled + jnp.sum(writes, axis=0, dtype=sampled.dtype)
+            y = jnp.stack([jnp.concatenate([jnp.where(at_end[j], y_end, evaluate(dense, at[j])), *mode])
+                           for j in range(_SAMPLES_A_PASS)])
+            column = jnp.where(writes & (lane.point < self.n), lane.slot, spare)
+            return (saved.at[column, rows].set(jnp.swapaxes(y, 1, 2), mode="drop", unique_indices=True),
+                    sampled + jnp.sum(writes, axis=0, dtype=sampled.dtype))
 
-        saved, sampled = jax.lax.while_loop(lambda c: jnp.any(due(c[1])), one, (results.saved, lane.sampled))
-        return replace(lane, sampled=sampled), replace(results, saved=saved)
+        kept, sampled = jax.lax.while_loop(lambda c: jnp.any(due(c[1])), one, (results.saved["lanes"], lane.sampled))
+        return replace(lane, sampled=sampled), replace(results, saved={**results.saved, "lanes": kept})
 
     def record(self, search: _Search, results: _Results) -> _Results:
         """The crossings located in this flush, into their logs: the point's, or
@@ -424,3 +460,33 @@ class _Batch:
             )
 
         return jax.lax.while_loop(lambda c: keep_going(c[0], c[2]), body, (lane, results, next_point))
+
+
+def samples_read(finish, row, solution: HybridSolution) -> tuple[tuple[int, ...], bool]:
+    """The state's components whose samples finish(row, solution) reads, and
+    whether it reads their modes: its traced program read backwards from its
+    results. A component is read where a static slice of saved_y on its last
+    axis is; any other use of saved_y (or saved_y returned) reads them all. A
+    finish that reads neither still keeps the modes (one array to write)."""
+    def of_samples(row, solution, saved_y, saved_mode):
+        return finish(row, replace(solution, saved_y=saved_y, saved_mode=saved_mode))
+
+    closed = jax.make_jaxpr(of_samples)(row, solution, solution.saved_y, solution.saved_mode)
+    jaxpr = closed.jaxpr
+    y, mode = jaxpr.invars[-2:]
+    every = tuple(range(solution.saved_y.shape[-1]))
+    live = {v for v in jaxpr.outvars if not hasattr(v, "val")}
+    read = set(every) if y in live else set()
+    for eqn in reversed(jaxpr.eqns):
+        if not (eqn.effects or any(v in live for v in eqn.outvars)):
+            continue
+        live.update(v for v in eqn.invars if not hasattr(v, "val"))
+        if y not in eqn.invars:
+            continue
+        strides = eqn.params.get("strides") or ()
+        if eqn.primitive.name == "slice" and eqn.invars == [y] and all(s == 1 for s in strides):
+            read.update(range(eqn.params["start_indices"][-1], eqn.params["limit_indices"][-1]))
+        else:
+            read.update(every)
+    components = tuple(sorted(read))
+    return components, mode in live or not components
