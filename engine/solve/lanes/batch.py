@@ -59,7 +59,8 @@ def solve_batch(
     narrow = replace(
         narrow, point=jnp.where(still_busy, narrow.point, batch.n), status=jnp.where(still_busy, narrow.status, _IDLE)
     )
-    _, results, _ = batch.loop(narrow, results, next_point, lambda lane, next_point: jnp.any(lane.point < batch.n))
+    _, results, _ = batch.loop(narrow, results, next_point, lambda lane, next_point: jnp.any(lane.point < batch.n),
+                               gathered=True)
     return batch.results_of(results)
 
 
@@ -267,17 +268,19 @@ class _Batch:
         n = self.n
         return jnp.where(chosen & (lane.point < n), lane.point, n + jnp.arange(width, dtype=lane.point.dtype))
 
-    def write(self, lane, results: _Results, finished) -> _Results:
+    def write(self, lane, results: _Results, finished, gathered=False) -> _Results:
         """The finished lanes' points written out: the ends of their solutions
-        (finished after the loop), or their finished results."""
+        (finished after the loop), or their finished results. `gathered`: the
+        lanes are some of the full width's, gathered (the tail), not all of
+        them in their places."""
         if not self.finish_at_end:
             return replace(results, out=self.finish_lanes(lane, results, finished))
         row = self.rows_of(lane, finished)
         saved = results.saved
         if saved is not None:
             # The finished points' samples copied out of their lanes' columns (the
-            # full width's lanes are their slots: no gather).
-            kept = saved["lanes"] if lane.point.shape[0] == self.lanes else saved["lanes"][lane.slot]
+            # full width's lanes are in their slots: no gather).
+            kept = saved["lanes"][lane.slot] if gathered else saved["lanes"]
             saved = {
                 "lanes": saved["lanes"],
                 "points": saved["points"].at[row].set(kept, mode="drop", unique_indices=True),
@@ -417,22 +420,22 @@ class _Batch:
             lane, **{k: getattr(lane, k).at[..., back].set(getattr(located, k), mode="drop") for k in changed}
         ), results
 
-    def flush(self, lane, results, next_point):
+    def flush(self, lane, results, next_point, gathered=False):
         """Crossings located, finished lanes written out and, while points are
         left (the full width's loop), refilled."""
         lane, results = self.locate_parked(lane, results)
         finished = self.finished(lane)
-        results = self.write(lane, results, finished)
+        results = self.write(lane, results, finished, gathered)
         if lane.point.shape[0] == self.lanes:
             lane, next_point = self.refill(lane, finished | (lane.point >= self.n), next_point)
         else:  # the tail: no points are left to take
             lane = replace(lane, point=jnp.where(finished, self.n, lane.point))
         return lane, results, next_point
 
-    def loop(self, lane, results, next_point, keep_going):
+    def loop(self, lane, results, next_point, keep_going, gathered=False):
         """Step the lanes while keep_going(lane, next_point). A lane that finishes,
         or reaches a crossing, waits for the next flush: there crossings are
-        located, finished lanes written out and refilled."""
+        located, finished lanes written out and refilled. `gathered`: see write."""
         width = lane.point.shape[0]
         # A flush costs about as much as a step of every lane, so it waits until a
         # good share of the lanes is waiting (or none is stepping): waiting lanes
@@ -455,7 +458,7 @@ class _Batch:
             stepping = jnp.sum(mine & pending & ~lane.locating)
             return jax.lax.cond(
                 (waiting >= threshold) | (stepping == 0),
-                lambda: self.flush(lane, results, next_point),
+                lambda: self.flush(lane, results, next_point, gathered),
                 lambda: (lane, results, next_point),
             )
 
