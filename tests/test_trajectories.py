@@ -374,12 +374,12 @@ def test_the_lanes_keep_the_samples_the_finish_reads():
                         solution_shapes(jax.ShapeDtypeStruct((5,), jnp.float64), 2, 2)) == ((0, 1), False)
 
 
-@pytest.mark.parametrize("points", [37, 53])
-def test_the_lanes_samples_are_the_same_when_the_last_points_run_gathered(points):
+def test_the_lanes_samples_are_the_same_when_the_last_points_run_gathered():
     """The batch's last points finish on lanes gathered out of the full width
     (their columns elsewhere); on 16 lanes that narrow loop is as wide as the
     full one. Their samples are those of the same points on 48 lanes, bit for
-    bit: each point's copied out of its own lane's column."""
+    bit: each point's copied out of its own lane's column. 37 and 53 points
+    (a batch of 53 with a count of each: one program a width)."""
     import jax
     import jax.numpy as jnp
 
@@ -387,10 +387,13 @@ def test_the_lanes_samples_are_the_same_when_the_last_points_run_gathered(points
 
     study = engine.load_study("pingpong")
     settings = SolverSettings(save_times=tuple(np.linspace(0.0, 4.0, 41)))
-    params = {p.name: jnp.full(points, p.default) for p in study.parameters}
-    params["spin_ratio"] = jnp.linspace(0.2, 3.0, points)
-    solve = jax.jit(lambda p, lanes: solve_batch(study.solve_point, p, settings, lanes), static_argnums=1)
-    narrow, wide = solve(params, 16), solve(params, 48)
-    for name in ("saved_y", "saved_mode", "y", "t"):
-        np.testing.assert_array_equal(getattr(narrow, name), getattr(wide, name), err_msg=name)
-    assert np.isfinite(narrow.saved_y[:, 0]).all()
+    params = {p.name: jnp.full(53, p.default) for p in study.parameters}
+    params["spin_ratio"] = jnp.linspace(0.2, 3.0, 53)
+    solve = jax.jit(lambda p, count, lanes: solve_batch(study.solve_point, p, settings, lanes, count),
+                    static_argnums=2)
+    for points in (37, 53):
+        narrow, wide = solve(params, points, 16), solve(params, points, 48)
+        for name in ("saved_y", "saved_mode", "y", "t"):
+            np.testing.assert_array_equal(getattr(narrow, name)[:points], getattr(wide, name)[:points],
+                                          err_msg=f"{name}, {points} points")
+        assert np.isfinite(narrow.saved_y[:points, 0]).all()
