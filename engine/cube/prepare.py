@@ -10,8 +10,6 @@ naming the key; so is one whose study's code changed since shards were solved
 """
 
 import collections
-import hashlib
-import json
 import pathlib
 import shutil
 import tomllib
@@ -26,7 +24,7 @@ from engine.cube.structure import coordinate_digest, coordinate_values, shard_co
 from engine.cube.verify import MIXED, repair, shard_code, stored_config_hash
 from engine.errors import StoreError
 from engine.study.source import code_fingerprint
-from engine.sweep.config import Sweep, check_out
+from engine.sweep.config import Sweep, check_out, config_hash_of
 from engine.sweep.samples import SAMPLE
 
 _AGAIN = "or use --overwrite to solve it all again"
@@ -201,12 +199,7 @@ def _hashes_with_other_solver(sweep: Sweep, attrs: dict) -> set[str]:
     written = {None, sweep.batch_solver, _batch_solver_written(attrs.get("config", ""))}
     canonical = sweep.canonical()
     canonical.pop("batch_solver", None)
-    return {_hash(canonical | ({"batch_solver": solver} if solver else {})) for solver in written}
-
-
-def _hash(canonical: dict) -> str:
-    # As Sweep.config_hash hashes Sweep.canonical().
-    return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
+    return {config_hash_of(canonical | ({"batch_solver": solver} if solver else {})) for solver in written}
 
 
 def _batch_solver_written(config: str) -> str | None:

@@ -180,8 +180,7 @@ class Sweep:
     @functools.cached_property
     def config_hash(self) -> str:
         # Cached: it hashes every axis value, and each shard's task key uses it.
-        blob = json.dumps(self.canonical(), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()
+        return config_hash_of(self.canonical())
 
     @functools.cached_property
     def config_hash_drawn(self) -> str | None:
@@ -190,12 +189,17 @@ class Sweep:
         which is this sweep's cube too; None for a grid (its hash never changed)."""
         if self.samples is None:
             return None
-        return hashlib.sha256(json.dumps(self.canonical(draws_digested=True), sort_keys=True).encode()).hexdigest()
+        return config_hash_of(self.canonical(draws_digested=True))
 
     def matches_hash(self, found_hash) -> bool:
         """Whether a cube's config_hash attribute `found_hash` is this sweep's
         (in the current form, or a sampled sweep's earlier one)."""
         return found_hash == self.config_hash or (self.samples is not None and found_hash == self.config_hash_drawn)
+
+
+def config_hash_of(canonical: dict) -> str:
+    """A cube's config_hash: the sha256 of a sweep's canonical form (Sweep.canonical) as JSON."""
+    return hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
 
 
 def _digest(values) -> str:

@@ -76,10 +76,13 @@ class Samples:
         sample i), read-only."""
         design = self._design()
         if "draws" not in design:
-            unit = design["unit"]
-            design["draws"] = {name: _read_only(inverse_cdf(spec, unit[:, j]))
-                               for j, (name, spec) in enumerate(self.parameters.items())}
+            design["draws"] = self._draws_of(design["unit"])
         return design["draws"]
+
+    def _draws_of(self, unit: np.ndarray) -> dict[str, np.ndarray]:
+        """The drawn parameters' values at the unit design `unit`, read-only."""
+        return {name: _read_only(inverse_cdf(spec, unit[:, j]))
+                for j, (name, spec) in enumerate(self.parameters.items())}
 
     def _key(self) -> str:
         return json.dumps([self.method, self.n, self.seed, self.parameters,
@@ -131,8 +134,7 @@ class Samples:
         def draw():
             try:
                 unit = _read_only(self._unit())
-                draws = {name: _read_only(inverse_cdf(spec, unit[:, j]))
-                         for j, (name, spec) in enumerate(self.parameters.items())}
+                draws = self._draws_of(unit)
                 with _LOCK:
                     _DESIGNS[key] = {"unit": unit, "draws": draws}
                 future.set_result(None)
