@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from engine.pytree import PytreeDataclass
+from engine.solve.liveness import live_part
 from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
 from engine.solve.solver_constants import solver_constants
 from engine.solve.stepper import step as unrolled_step
@@ -594,11 +595,8 @@ def _finish_program(finish, params, solution: HybridSolution, settings: SolverSe
                                     (params, solution, *(getattr(solution, k) for k in EVENT_LOG)))
     closed = jax.make_jaxpr(finish_of_log)(*shapes)
     jaxpr = closed.jaxpr
-    live = {v for v in jaxpr.outvars if not hasattr(v, "val")}  # variables, not literals
-    for eqn in reversed(jaxpr.eqns):
-        if eqn.effects or any(v in live for v in eqn.outvars):
-            live.update(v for v in eqn.invars if not hasattr(v, "val"))
-    return jaxpr, live, dict(zip(jaxpr.constvars, closed.consts, strict=True))
+    _, read = live_part(jaxpr)
+    return jaxpr, read, dict(zip(jaxpr.constvars, closed.consts, strict=True))
 
 
 def _results_program(jaxpr, live, consts) -> tuple:

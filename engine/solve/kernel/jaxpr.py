@@ -29,6 +29,7 @@ from jax import lax
 from jax.extend import core as jex_core
 
 import engine.solve.kernel.pallas as backend
+from engine.solve.liveness import live_part
 
 
 class Unfusable(ValueError):
@@ -106,7 +107,7 @@ class LaneFunction:
         # Only what the result depends on is checked and evaluated: an output
         # left unread (say, one the sweep did not select) costs nothing and
         # cannot make the function unfusable.
-        self.jaxpr, self.consts = closed.jaxpr.replace(eqns=_live(closed.jaxpr)[0]), closed.consts
+        self.jaxpr, self.consts = closed.jaxpr.replace(eqns=live_part(closed.jaxpr)[0]), closed.consts
         self.in_tree = jax.tree_util.tree_structure(example_args)
         self.out_tree = jax.tree_util.tree_structure(shapes)
         _check(self.jaxpr, self.name)
@@ -134,20 +135,8 @@ def read_leaves(fn: Callable, *example_args) -> list[bool]:
     """For each leaf of fn's arguments, whether its result depends on it (a
     leaf it never reads need not be computed for it)."""
     jaxpr = jax.make_jaxpr(fn)(*example_args).jaxpr
-    _, live = _live(jaxpr)
-    return [v in live for v in jaxpr.invars]
-
-
-def _live(jaxpr):
-    """The equations of a jaxpr its outputs depend on (or that have effects),
-    and the variables they read."""
-    live = {v for v in jaxpr.outvars if not isinstance(v, jex_core.Literal)}
-    kept = []
-    for eqn in reversed(jaxpr.eqns):
-        if eqn.effects or any(v in live for v in eqn.outvars):
-            kept.append(eqn)
-            live.update(v for v in eqn.invars if not isinstance(v, jex_core.Literal))
-    return kept[::-1], live
+    _, read = live_part(jaxpr)
+    return [v in read for v in jaxpr.invars]
 
 
 def _cast(value: np.ndarray, dtype) -> np.ndarray:

@@ -21,6 +21,7 @@ from engine.solve.lanes.state import (
     _Plan,
     _Search,
 )
+from engine.solve.liveness import live_part
 from engine.study.status import Status
 from engine.sweep.settings import SolverSettings
 
@@ -478,12 +479,9 @@ def samples_read(finish, row, solution: HybridSolution) -> tuple[tuple[int, ...]
     jaxpr = closed.jaxpr
     y, mode = jaxpr.invars[-2:]
     every = tuple(range(solution.saved_y.shape[-1]))
-    live = {v for v in jaxpr.outvars if not hasattr(v, "val")}
-    read = set(every) if y in live else set()
-    for eqn in reversed(jaxpr.eqns):
-        if not (eqn.effects or any(v in live for v in eqn.outvars)):
-            continue
-        live.update(v for v in eqn.invars if not hasattr(v, "val"))
+    equations, variables = live_part(jaxpr)
+    read = set(every) if y in jaxpr.outvars else set()
+    for eqn in equations:
         if y not in eqn.invars:
             continue
         strides = eqn.params.get("strides") or ()
@@ -492,4 +490,4 @@ def samples_read(finish, row, solution: HybridSolution) -> tuple[tuple[int, ...]
         else:
             read.update(every)
     components = tuple(sorted(read))
-    return components, mode in live or not components
+    return components, mode in variables or not components
