@@ -34,7 +34,7 @@ import engine.solve.kernel.pallas as backend
 from engine.solve import stepper
 from engine.solve.hybrid import _INACTIVE, EVENT_LOG, HybridSolution, HybridSystem, solution_shapes
 from engine.solve.kernel.jaxpr import LaneFunction, Unfusable, constant, from_list, lane_vector
-from engine.solve.lanes.dense import ELEMENTWISE, first_sample, interpolation
+from engine.solve.lanes.dense import ELEMENTWISE, first_sample, interpolation, sample_due
 from engine.solve.lanes.state import _LOCATE_TRIES, _NONFINITE_SHRINK
 from engine.solve.locate import crossed, hermite_root, newton_update, start_value, time_tolerance
 from engine.solve.solver_constants import solver_constants
@@ -212,7 +212,7 @@ class _Samples:
         the vector field at each of its `stages`, in `mode`, where `taken`; the
         point `ends` at t1 (its final state y1)."""
         def due(k, at):
-            return taken & (k <= self.last) & ((at < t1) | (ends & (at == t1)))
+            return sample_due(taken, k, self.last, at, t1, ends)
 
         def write():
             dense = [self.prepare(t0, t1, a, b, list(ks)) for a, b, *ks in zip(y0, y1, *stages, strict=True)]

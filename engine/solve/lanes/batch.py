@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from engine.pytree import PytreeDataclass, replace
 from engine.solve.base import whole_vectors
 from engine.solve.hybrid import EVENT_LOG, HybridPoint, HybridSolution, log_rows_read, solution_shapes
+from engine.solve.lanes.dense import sample_due
 from engine.solve.lanes.machine import _Machine, _plan_block, _planned
 from engine.solve.lanes.state import (
     _FINISH_SHARE,
@@ -352,8 +353,7 @@ class _Batch:
         mode = [mode.astype(self.dtype)[None]] if self.keep_mode else []
 
         def due(sampled):
-            at = times[jnp.minimum(sampled, last)]
-            return step.taken & (sampled <= last) & ((at < step.t1) | (ends & (at == step.t1)))
+            return sample_due(step.taken, sampled, last, times[jnp.minimum(sampled, last)], step.t1, ends)
 
         # once a step, of the components kept only (each is its own arithmetic)
         dense = prepare(step.t0, step.t1, step.y0[components], step.y1[components],

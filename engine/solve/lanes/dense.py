@@ -116,6 +116,15 @@ def first_sample(times) -> int:
     return sum(1 for t in times if t < 0)
 
 
+def sample_due(taken, k, last: int, at, t1, ends):
+    """Whether sample k (its time `at`; `last` the last sample's index) is
+    written after a step that ends at t1, where the step was `taken`: a time
+    inside the step, or t1 itself where the point `ends` there (otherwise the
+    next step's first, the state after a reset). The lanes' and the fused
+    kernel's rule."""
+    return taken & (k <= last) & ((at < t1) | (ends & (at == t1)))
+
+
 def interpolation(solver: str):
     """(prepare, evaluate): prepare(t0, t1, y0, y1, stages) makes the dense
     output of the lanes' steps [t0, t1] from y0 to y1 with these stages (the
