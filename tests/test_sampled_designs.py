@@ -266,6 +266,7 @@ def test_a_resumed_run_refuses_another_design_or_other_draws_and_keeps_an_earlie
     with pytest.raises(StoreError, match="another config.*hash"):
         engine.run(parse_sweep(_text(out, run="shard_size = 48").replace("seed = 1", "seed = 2")), progress=False)
     Markers(out).drop_done(GRID, 3)  # interrupted
+    monkeypatch.setenv("ROLLSWEEP_CACHE", "")  # no design kept from the run above: this process draws it
     drawn = samples.unit_draws
     monkeypatch.setattr(samples, "unit_draws", lambda *a: np.nextafter(drawn(*a), 1.0))
     samples._DESIGNS.clear()
@@ -313,12 +314,59 @@ def test_drawn_ahead_is_drawn_the_same_and_its_error_raised_where_asked(tmp_path
     def broken(*args):
         raise RuntimeError("no engine")
 
+    monkeypatch.setenv("ROLLSWEEP_CACHE", "")  # drawn here, not read from an earlier process's
     monkeypatch.setattr(samples, "unit_draws", broken)
     failing = parse_sweep(_text(tmp_path / "c.zarr").replace("seed = 1", "seed = 7").replace(
         "{ truncnormal = [0.3, 0.02, 0.25, 0.35] }", "{ uniform = [0.25, 0.35] }")).samples  # drawn when asked
     failing.draw_ahead()
     with pytest.raises(RuntimeError, match="no engine"):
         failing.draws  # noqa: B018 - the property draws
+
+
+def test_a_design_drawn_once_is_read_back_by_later_processes_bit_for_bit(tmp_path, monkeypatch):
+    """A design is drawn once and kept (engine.sweep.design_cache): a later
+    process reads the same bits without drawing; another seed, or a kept file
+    that is not whole, is drawn again; no more than KEPT designs are kept;
+    with the cache off nothing is kept."""
+    from engine.sweep import design_cache, samples
+
+    monkeypatch.setenv("ROLLSWEEP_CACHE", str(tmp_path / "cache"))
+    samples._DESIGNS.clear()
+    drawn = {k: v.copy() for k, v in parse_sweep(_text(tmp_path / "c.zarr")).samples.draws.items()}
+    (kept,) = (tmp_path / "cache" / "designs").glob("*.npy")
+    real, calls = samples.unit_draws, []
+
+    def counted(*args):
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(samples, "unit_draws", counted)
+
+    def draws(text):
+        samples._DESIGNS.clear()  # as a new process
+        return parse_sweep(text).samples.draws
+
+    for name, values in draws(_text(tmp_path / "c.zarr")).items():
+        np.testing.assert_array_equal(values.view(np.uint64), drawn[name].view(np.uint64))
+    assert calls == []  # read back, not drawn
+    draws(_text(tmp_path / "c.zarr").replace("seed = 1", "seed = 2"))
+    assert len(calls) == 1  # another design: drawn
+    blob = bytearray(kept.read_bytes())
+    blob[-1] ^= 1
+    kept.write_bytes(bytes(blob))
+    for name, values in draws(_text(tmp_path / "c.zarr")).items():
+        np.testing.assert_array_equal(values.view(np.uint64), drawn[name].view(np.uint64))
+    assert len(calls) == 2  # the damaged file was not read: drawn again, and kept again whole
+    draws(_text(tmp_path / "c.zarr"))
+    assert len(calls) == 2
+    for seed in range(3, 3 + design_cache.KEPT):
+        draws(_text(tmp_path / "c.zarr").replace("seed = 1", f"seed = {seed}"))
+    assert len(list((tmp_path / "cache" / "designs").glob("*.npy"))) == design_cache.KEPT
+    monkeypatch.setenv("ROLLSWEEP_CACHE", "")
+    draws(_text(tmp_path / "c.zarr").replace("seed = 1", "seed = 99"))
+    assert len(calls) == 3 + design_cache.KEPT
+    assert len(list((tmp_path / "cache" / "designs").glob("*.npy"))) == design_cache.KEPT
+    samples._DESIGNS.clear()
 
 
 def test_a_drawn_whole_number_parameter_is_refused_as_before():

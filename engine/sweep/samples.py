@@ -21,6 +21,7 @@ import threading
 import numpy as np
 
 from engine.errors import ConfigError
+from engine.sweep import design_cache
 from engine.sweep.sensitivity import Sensitivity
 
 # The cube's dimension of a sampled design's points (its first).
@@ -115,6 +116,19 @@ class Samples:
         return design
 
     def _unit(self) -> np.ndarray:
+        """The unit design, as an earlier process drew it with the same
+        libraries (engine.sweep.design_cache), or drawn now and kept."""
+        key, packages = self._key(), ("scipy",) + (("SALib",) if self.sensitivity is not None else ())
+        unit = design_cache.load(key, packages)
+        if unit is None:
+            # Column-major: each parameter's draws are contiguous for its
+            # inverse CDF (a strided column of 25 costs 25 times the memory
+            # traffic), in memory and in the kept file alike.
+            unit = np.asfortranarray(self._drawn_unit())
+            design_cache.store(key, packages, unit)
+        return unit
+
+    def _drawn_unit(self) -> np.ndarray:
         if self.sensitivity is not None:
             return self.sensitivity.unit_design(self.parameters, self.n, self.seed)
         return unit_draws(self.method, self.n, len(self.parameters), self.seed)
@@ -243,7 +257,9 @@ def inverse_cdf(spec: dict, unit: np.ndarray) -> np.ndarray:
     (kind, args), = spec.items()
     if kind == "uniform":  # scipy.stats.uniform's ppf, bit for bit, without importing scipy.stats
         lower, scale = _uniform(args)
-        return np.asarray(np.asarray(unit, dtype=np.float64) * scale + lower, dtype=np.float64)
+        values = np.multiply(unit, scale, dtype=np.float64)
+        values += lower  # in place: one array made, not two (the same two roundings)
+        return values
     law = distribution(spec)
     values = _ppf(law, unit)
     infinite = ~np.isfinite(values)
