@@ -55,6 +55,25 @@ def test_demo_prints_one_line_a_sweep_and_a_summary(doubler, tmp_path, capsys):
     assert sorted(p.name for p in written) == ["larger_line.png", "small_line.png"]
 
 
+def test_a_demo_line_names_why_its_points_had_no_success(monkeypatch, tmp_path, capsys):
+    """A point outside the model's range is not a solver's failure: the line says
+    which statuses the points without success have, and the summary points to them."""
+    def solve(p, settings):
+        status = jnp.where(p["a"] > 0.65, Status.OUT_OF_RANGE, jnp.where(p["a"] < 0.1, Status.MAX_STEPS,
+                                                                          Status.SUCCESS))
+        return PointResult(outputs={"y": 2 * p["a"]}, status=status.astype(jnp.int8))
+
+    import dataclasses
+
+    study = dataclasses.replace(DOUBLER, solve_point=solve, demo_configs={"small": _sweep("small", 11)})
+    registered = {"doubler": lambda: study}
+    monkeypatch.setattr(engine.study.interface, "_registered", lambda: registered)
+    run_demo(tmp_path / "demo", studies=registered)
+    lines = capsys.readouterr().out.splitlines()
+    assert ", 5 without success (1 max_steps, 4 out_of_range) -> " in lines[0], lines[0]
+    assert ", 5 of them without success (each sweep's line says why" in lines[1], lines[1]
+
+
 def test_every_shipped_study_has_a_demo_sweep_and_figures():
     """The README says `make demo` runs every study's demo sweeps."""
     import importlib.metadata

@@ -13,6 +13,7 @@ import time
 from engine.cube.plot import plot_cube
 from engine.runner.execute import run
 from engine.study.interface import available_studies
+from engine.study.status import Status
 from engine.sweep.config import parse_sweep
 
 
@@ -60,7 +61,7 @@ def _run_one(study, name, demo, text, folder, workers, executor, tally) -> list[
     tally.figures += len(figures)
     line = f"{demo}: {report.points_run:,} points in {time.perf_counter() - began:.1f} s"
     if report.failed_points:
-        line += f", {report.failed_points:,} failed"
+        line += f", {report.failed_points:,} without success ({_by_status(sweep.out)})"
     if report.failed_shards:
         line += f", {report.failed_shards} shards raised (rollsweep status {sweep.out})"
     if study.figures is None:
@@ -71,7 +72,20 @@ def _run_one(study, name, demo, text, folder, workers, executor, tally) -> list[
     return figures
 
 
+def _by_status(out: pathlib.Path) -> str:
+    """A demo cube's points without success by status name ("41 out_of_range"):
+    a point outside the model's range (a motion that does not exist) is not a
+    solver's failure, and a new user reading "failed" would think so."""
+    import numpy as np
+    import zarr
+
+    values = np.asarray(zarr.open_array(out / "status", mode="r")[...])
+    codes, counts = np.unique(values[values != Status.SUCCESS], return_counts=True)
+    return ", ".join(f"{n:,} {Status(int(c)).name.lower()}" for c, n in zip(codes, counts, strict=True))
+
+
 def _summary(tally: _Tally, folder: pathlib.Path, seconds: float) -> str:
-    failed = f", {tally.failed:,} of them failed or not solved" if tally.failed else ""
+    failed = (f", {tally.failed:,} of them without success (each sweep's line says why; `rollsweep status "
+              f"CUBE` too)" if tally.failed else "")
     return (f"demo: {tally.sweeps} sweeps, {tally.points:,} points{failed}, {tally.figures} figures "
             f"in {folder}/ ({seconds:.0f} s)")
