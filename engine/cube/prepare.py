@@ -170,25 +170,30 @@ def _check_draws(cube: Cube) -> None:
     did) against this process's draws over the same samples."""
     sweep = cube.sweep
     names = [name for name in shard_coordinates(sweep) if name != SAMPLE]
-    if not names:
+    if not names:  # a grid: nothing drawn, no marker read
         return
-    recorded = cube.markers.coordinates() or {}
-    differs = next((name for name in names if name in recorded
-                    and coordinate_digest(sweep.samples.draws[name]) != recorded[name]), None)
-    grid = cube.layout(GRID)
-    for shard, marker in cube.markers.read(GRID).items():
-        if differs is not None:
-            break
-        written = (marker or {}).get("digests") or {}
-        rows = grid.region(shard)[0]
-        differs = next((name for name in names if name in written
-                        and digest(coordinate_values(sweep, name, rows)) != written[name]), None)
+    differs = next((name for written, ours in _draw_checksums(cube) for name in names
+                    if name in written and ours(name) != written[name]), None)
     if differs is not None:
         import scipy
 
         raise StoreError(f"{cube.path}: its sampled design's {differs} draws are not the ones this file draws "
                          f"here (scipy {scipy.__version__}, numpy {np.__version__}): drawn by another scipy or "
                          f"numpy; resume it where it was made, or use --overwrite to solve it with these draws")
+
+
+def _draw_checksums(cube: Cube):
+    """(drawn parameter -> the checksum the cube recorded, drawn parameter ->
+    this process's checksum of the same values): the whole design's where its
+    making recorded them, then each done shard's block; lazily, so a check
+    stops at the first difference."""
+    sweep = cube.sweep
+    yield cube.markers.coordinates() or {}, lambda name: coordinate_digest(sweep.samples.draws[name])
+    grid = cube.layout(GRID)
+    for shard, marker in cube.markers.read(GRID).items():
+        rows = grid.region(shard)[0]
+        yield ((marker or {}).get("digests") or {},
+               lambda name, rows=rows: digest(coordinate_values(sweep, name, rows)))
 
 
 def _hashes_with_other_solver(sweep: Sweep, attrs: dict) -> set[str]:
