@@ -139,6 +139,19 @@ def test_a_points_samples_do_not_depend_on_its_batch(solved):
         np.testing.assert_array_equal(alone.outputs[name][0], fused.outputs[name][2], err_msg=f"{backend} {name}")
 
 
+def test_a_finish_reading_one_component_gets_its_samples_alone(solved):
+    """Selected without `height`, the finish reads the samples' speed only:
+    the kernel makes and writes that component alone, no modes (the lanes'
+    samples_read), and its samples are the same bits as beside the height."""
+    backend, times, fused, _ = solved
+    names = [p.name for p in BALL.parameters]
+    assert KernelBody(BALL.solve_point, _settings(times), names, ("rest_time", "speed"), 1).solve.samples_read == (
+        (1,), False)
+    alone = evaluate(BALL, _settings(times), COLUMNS, outputs=("rest_time", "speed"),
+                     plan=make_plan(BALL, solver="fused", points=len(HEIGHTS), sampled=True))
+    np.testing.assert_array_equal(alone.outputs["speed"], fused.outputs["speed"], err_msg=backend)
+
+
 # The time of its highest sample: an argmax, which the kernel cannot take.
 OUTSIDE = _with_output(BALL, "bouncing_ball_sampled_outside", Output("highest_at", "s", "its highest sample's time"),
                        lambda p, sol: jnp.nan if sol.saved_y is None else sol.saved_t[
