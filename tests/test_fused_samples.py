@@ -223,3 +223,17 @@ def test_a_rolling_ball_sweep_on_the_host_kernel_matches_its_closed_form_in_any_
         cube = engine.open_cube(tmp_path / cut)
         for name in OUTPUTS:
             np.testing.assert_array_equal(cube[name].values, whole[name].values, err_msg=f"{cut} {name}")
+
+
+def test_a_kernel_of_many_columns_leaves_the_host_by_rows_a_buffer_per_dtype():
+    """More than ROW_OUTPUTS output columns (the samples') leave the host
+    kernel's FFI handler as a (points, columns) buffer per dtype, each
+    column at its place in its dtype's row; fewer, a buffer each. (The
+    tests above read every sample through it: the ball's 194 columns and
+    more, the rolling ball's 402.)"""
+    from engine.solve.kernel.c_source import ROW_OUTPUTS, row_groups
+
+    assert row_groups([np.float64] * ROW_OUTPUTS) is None
+    dtypes = [np.float64] * ROW_OUTPUTS + [np.int32, np.float64, np.int32]
+    assert row_groups(dtypes) == [(np.dtype(np.float64), [*range(ROW_OUTPUTS), ROW_OUTPUTS + 1]),
+                                  (np.dtype(np.int32), [ROW_OUTPUTS, ROW_OUTPUTS + 2])]
