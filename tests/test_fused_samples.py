@@ -231,8 +231,14 @@ def test_a_kernel_of_many_columns_leaves_the_host_by_rows_a_buffer_per_dtype():
     column at its place in its dtype's row; fewer, a buffer each. (The
     tests above read every sample through it: the ball's 194 columns and
     more, the rolling ball's 402.)"""
-    from engine.solve.kernel.c_source import ROW_OUTPUTS, row_groups
+    from engine.solve.kernel.c_source import ROW_OUTPUTS, KernelSource, row_groups
 
+    names = [p.name for p in BALL.parameters]
+    body = KernelBody(BALL.solve_point, _settings(GRIDS["host"]), names, SELECTED, 1)
+    source = generate(lambda *a: body(*a, one_point=True), [np.int32] + body.input_dtypes, body.out_dtypes)
+    assert len(source.out_dtypes) > ROW_OUTPUTS and source.by_rows
+    # a source without the rows' entry (written by hand, as test_kernel_c's) keeps its columns
+    assert not KernelSource.of("void rs_solve_batch(void) {}", source.in_dtypes, source.out_dtypes).by_rows
     assert row_groups([np.float64] * ROW_OUTPUTS) is None
     dtypes = [np.float64] * ROW_OUTPUTS + [np.int32, np.float64, np.int32]
     assert row_groups(dtypes) == [(np.dtype(np.float64), [*range(ROW_OUTPUTS), ROW_OUTPUTS + 1]),

@@ -282,11 +282,11 @@ class HostKernel:
         from engine.solve.kernel.c_source import row_groups
 
         n = inputs[0].shape[0]
-        groups = row_groups(self.source.out_dtypes)
-        if groups is None:
+        if not self.source.by_rows:
             shapes = [jax.ShapeDtypeStruct((n,), d) for d in out_dtypes]
             return list(jax.ffi.ffi_call(self.target, shapes)(*inputs))
         # Written by rows (c_source.row_groups): each column a slice of its dtype's rows.
+        groups = row_groups(self.source.out_dtypes)
         shapes = [jax.ShapeDtypeStruct((n, len(columns)), dtype) for dtype, columns in groups]
         rows = jax.ffi.ffi_call(self.target, shapes)(*inputs)
         out = [None] * len(out_dtypes)
