@@ -139,6 +139,19 @@ def test_a_points_samples_do_not_depend_on_its_batch(solved):
         np.testing.assert_array_equal(alone.outputs[name][0], fused.outputs[name][2], err_msg=f"{backend} {name}")
 
 
+def test_a_finish_reading_one_component_gets_its_samples_alone(solved):
+    """Selected without `height`, the finish reads the samples' speed only:
+    the kernel makes and writes that component alone, no modes (the lanes'
+    samples_read), and its samples are the same bits as beside the height."""
+    backend, times, fused, _ = solved
+    names = [p.name for p in BALL.parameters]
+    assert KernelBody(BALL.solve_point, _settings(times), names, ("rest_time", "speed"), 1).solve.samples_read == (
+        (1,), False)
+    alone = evaluate(BALL, _settings(times), COLUMNS, outputs=("rest_time", "speed"),
+                     plan=make_plan(BALL, solver="fused", points=len(HEIGHTS), sampled=True))
+    np.testing.assert_array_equal(alone.outputs["speed"], fused.outputs["speed"], err_msg=backend)
+
+
 # The time of its highest sample: an argmax, which the kernel cannot take.
 OUTSIDE = _with_output(BALL, "bouncing_ball_sampled_outside", Output("highest_at", "s", "its highest sample's time"),
                        lambda p, sol: jnp.nan if sol.saved_y is None else sol.saved_t[
@@ -210,3 +223,23 @@ def test_a_rolling_ball_sweep_on_the_host_kernel_matches_its_closed_form_in_any_
         cube = engine.open_cube(tmp_path / cut)
         for name in OUTPUTS:
             np.testing.assert_array_equal(cube[name].values, whole[name].values, err_msg=f"{cut} {name}")
+
+
+def test_a_kernel_of_many_columns_leaves_the_host_by_rows_a_buffer_per_dtype():
+    """More than ROW_OUTPUTS output columns (the samples') leave the host
+    kernel's FFI handler as a (points, columns) buffer per dtype, each
+    column at its place in its dtype's row; fewer, a buffer each. (The
+    tests above read every sample through it: the ball's 194 columns and
+    more, the rolling ball's 402.)"""
+    from engine.solve.kernel.c_source import ROW_OUTPUTS, KernelSource, row_groups
+
+    names = [p.name for p in BALL.parameters]
+    body = KernelBody(BALL.solve_point, _settings(GRIDS["host"]), names, SELECTED, 1)
+    source = generate(lambda *a: body(*a, one_point=True), [np.int32] + body.input_dtypes, body.out_dtypes)
+    assert len(source.out_dtypes) > ROW_OUTPUTS and source.by_rows
+    # a source without the rows' entry (written by hand, as test_kernel_c's) keeps its columns
+    assert not KernelSource.of("void rs_solve_batch(void) {}", source.in_dtypes, source.out_dtypes).by_rows
+    assert row_groups([np.float64] * ROW_OUTPUTS) is None
+    dtypes = [np.float64] * ROW_OUTPUTS + [np.int32, np.float64, np.int32]
+    assert row_groups(dtypes) == [(np.dtype(np.float64), [*range(ROW_OUTPUTS), ROW_OUTPUTS + 1]),
+                                  (np.dtype(np.int32), [ROW_OUTPUTS, ROW_OUTPUTS + 2])]

@@ -9,10 +9,11 @@ import jax.numpy as jnp
 import engine.solve.kernel.pallas as backend
 from engine.errors import PLEASE_REPORT
 from engine.pytree import replace
-from engine.solve.hybrid import HybridPoint, Start
+from engine.solve.hybrid import HybridPoint, Start, solution_shapes
 from engine.solve.kernel.columns import Columns
 from engine.solve.kernel.jaxpr import LaneFunction, Unfusable, lane_vector, read_leaves, subjaxprs
 from engine.solve.kernel.system import LaneSolve
+from engine.solve.lanes.batch import samples_read
 from engine.study.interface import PointResult
 from engine.sweep.settings import SolverSettings
 
@@ -90,12 +91,15 @@ class KernelBody:
         if begins.y0.ndim != 1:
             raise Unfusable(f"its state has shape {begins.y0.shape}, not a vector")
         rows = point.log_arrays(params, begins.y0, settings)  # one row of an array the finish does not read
-        self.solve = LaneSolve(point.system, settings, begins.y0.shape[0], begins.args, rows)
-        solution = self.solve.solution_shapes()
+        solution = solution_shapes(jax.ShapeDtypeStruct(begins.y0.shape, dtype), rows, len(settings.save_times))
         outputs = jax.eval_shape(finish, params, solution).outputs
         missing = [k for k in self.selected if k not in outputs]
         if missing:
             raise ValueError(f"the study's finish has no outputs {missing}")
+        # The samples' components (and mode) the selected outputs read: the
+        # kernel makes and writes only those (the lanes' rule, samples_read).
+        read = samples_read(finish_selected, params, solution) if settings.save_times else None
+        self.solve = LaneSolve(point.system, settings, begins.y0.shape[0], begins.args, rows, samples_read=read)
 
         self.lane_start, start_outside = _in_kernel(start, (params,), "start", lanes)
         self.lane_finish, finish_outside = _in_kernel(finish_selected, (params, solution), "finish", lanes)

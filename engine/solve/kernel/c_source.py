@@ -53,6 +53,7 @@ from engine.solve.kernel.jaxpr import _CALLS, Unfusable
 
 # The batch entries' names in the generated source.
 HOST_ENTRY = "rs_solve_batch"
+ROWS_ENTRY = "rs_solve_rows"  # the host's entry writing the outputs by rows (row_groups)
 CUDA_ENTRY = "rs_fused_kernel"
 
 
@@ -68,6 +69,12 @@ class KernelSource(NamedTuple):
     in_dtypes: tuple
     out_dtypes: tuple
     digest: str
+
+    @property
+    def by_rows(self) -> bool:
+        """Whether the host's FFI handler writes the outputs by rows: a generated
+        source of more than ROW_OUTPUTS outputs has the entry (row_groups)."""
+        return row_groups(self.out_dtypes) is not None and f"void {ROWS_ENTRY}(" in self.text
 
     @classmethod
     def of(cls, text: str, in_dtypes, out_dtypes) -> "KernelSource":
@@ -869,9 +876,29 @@ def from_jaxpr(closed, in_dtypes: Sequence, out_dtypes: Sequence) -> KernelSourc
         + ") {\n"
         f"  for (int64_t i = 0; i < n; ++i) {call}\n"
         "}\n"
+        + _rows_entry(in_types, out_dtypes) +
         "#endif\n"
     )
     return KernelSource.of(_PRELUDE + point + entries, in_dtypes, out_dtypes)
+
+
+def _rows_entry(in_types, out_dtypes) -> str:
+    """The host's batch entry writing the outputs by rows where there are more
+    than ROW_OUTPUTS (row_groups; otherwise none, and the source is as
+    before): output column j, of dtype group g, is element k of point i's row
+    in rows<g> (its k-th column of that dtype)."""
+    groups = row_groups(out_dtypes)
+    if groups is None:
+        return ""
+    where = {}
+    for g, (_, columns) in enumerate(groups):
+        where.update({j: f"&rows{g}[i * {len(columns)} + {k}]" for k, j in enumerate(columns)})
+    params = [f"const {t}* restrict in{i}" for i, t in enumerate(in_types)] + [
+        f"{c_type(dtype)}* restrict rows{g}" for g, (dtype, _) in enumerate(groups)]
+    args = [f"in{i}[i]" for i in range(len(in_types))] + [where[j] for j in range(len(out_dtypes))]
+    return (f"void {ROWS_ENTRY}(int64_t n, " + ", ".join(params) + ") {\n"
+            "  for (int64_t i = 0; i < n; ++i) rs_solve_point(" + ", ".join(args) + ");\n"
+            "}\n")
 
 
 def generate(fn: Callable, in_dtypes: Sequence, out_dtypes: Sequence) -> KernelSource:
@@ -905,20 +932,49 @@ _FFI_PROLOGUE = (
 )
 
 
+# A kernel of more output columns than this has a host entry (ROWS_ENTRY)
+# that writes them as rows (row_groups), which the host's FFI handler calls:
+# a point's outputs side by side, not each in a column of its own. A column
+# is a write stream of its own, and past a few dozen of them a point's
+# stores miss the cache: the rolling ball's 402 columns of samples (201
+# times of x and x_dot) cost more than its solve (kernel alone, 20,000
+# points on 2 cores: 0.41x the points/s without samples in columns, 0.57x
+# in rows). The CUDA kernel keeps columns (a warp's stores to one column
+# coalesce), as does the numpy path (HostKernel.run_numpy).
+ROW_OUTPUTS = 64
+
+
+def row_groups(out_dtypes) -> list[tuple[np.dtype, list[int]]] | None:
+    """The host FFI handler's result buffers where the kernel has more than
+    ROW_OUTPUTS output columns: one (points, columns) buffer per dtype, in
+    the order of each dtype's first column, with the indices of its columns;
+    None where every column is a buffer of its own."""
+    if len(out_dtypes) <= ROW_OUTPUTS:
+        return None
+    groups: dict = {}
+    for i, dtype in enumerate(out_dtypes):
+        groups.setdefault(np.dtype(dtype), []).append(i)
+    return list(groups.items())
+
+
 def ffi_entry(source: KernelSource) -> str:
     """The host library's XLA FFI handler (engine.solve.kernel.host): XLA's
-    buffers, the inputs then the outputs, passed to the batch entry. Written
-    against the C header of the installed jaxlib (`jax.ffi.include_dir()`),
-    as the C++ helpers of `xla/ffi/api/api.h` do: asked for its metadata, it
-    gives the header's API version and no traits; it runs at the execute
-    stage only."""
+    buffers, the inputs then the outputs (a column each, or by rows: a
+    buffer per dtype, KernelSource.by_rows), passed to the batch entry.
+    Written against the C header of the installed jaxlib
+    (`jax.ffi.include_dir()`), as the C++ helpers of `xla/ffi/api/api.h` do:
+    asked for its metadata, it gives the header's API version and no traits;
+    it runs at the execute stage only."""
     ins = [f"a[{i}]->data" for i in range(len(source.in_dtypes))]
-    outs = [f"r[{i}]->data" for i in range(len(source.out_dtypes))]
+    entry, results = HOST_ENTRY, len(source.out_dtypes)
+    if source.by_rows:
+        entry, results = ROWS_ENTRY, len(row_groups(source.out_dtypes))
+    outs = [f"r[{i}]->data" for i in range(results)]
     return (
         '\n#include "xla/ffi/api/c_api.h"\n'
         "XLA_FFI_Error* rs_ffi_batch(XLA_FFI_CallFrame* frame) {\n"
         + _FFI_PROLOGUE +
-        f"  {HOST_ENTRY}(a[0]->dims[0], " + ", ".join(ins + outs) + ");\n"
+        f"  {entry}(a[0]->dims[0], " + ", ".join(ins + outs) + ");\n"
         "  return NULL;\n"
         "}\n")
 

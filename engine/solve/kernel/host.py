@@ -279,6 +279,18 @@ class HostKernel:
             raise ValueError("the host kernel's inputs do not have the dtypes it was generated for")
         if [np.dtype(d) for d in out_dtypes] != list(self.source.out_dtypes):
             raise ValueError("the host kernel's outputs do not have the dtypes it was generated for")
+        from engine.solve.kernel.c_source import row_groups
+
         n = inputs[0].shape[0]
-        shapes = [jax.ShapeDtypeStruct((n,), d) for d in out_dtypes]
-        return list(jax.ffi.ffi_call(self.target, shapes)(*inputs))
+        if not self.source.by_rows:
+            shapes = [jax.ShapeDtypeStruct((n,), d) for d in out_dtypes]
+            return list(jax.ffi.ffi_call(self.target, shapes)(*inputs))
+        # Written by rows (c_source.row_groups): each column a slice of its dtype's rows.
+        groups = row_groups(self.source.out_dtypes)
+        shapes = [jax.ShapeDtypeStruct((n, len(columns)), dtype) for dtype, columns in groups]
+        rows = jax.ffi.ffi_call(self.target, shapes)(*inputs)
+        out = [None] * len(out_dtypes)
+        for buffer, (_, columns) in zip(rows, groups, strict=True):
+            for k, j in enumerate(columns):
+                out[j] = buffer[:, k]
+        return out

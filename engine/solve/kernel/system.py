@@ -170,14 +170,24 @@ class _Samples:
     (`next_at`), so a step without a sample due costs one comparison; the
     dense output is made once a step that has some."""
 
-    def __init__(self, times, solver: str, n_state: int, dtype, lanes: int, one_point: bool):
+    def __init__(self, times, solver: str, n_state: int, dtype, lanes: int, one_point: bool, read=None):
         if solver not in ELEMENTWISE:
             raise Unfusable(f"the kernel writes samples from the dense output of {' and '.join(ELEMENTWISE)}, "
                             f"not of {solver}")
         self.times, self.dtype, self.lanes, self.one_point = times, dtype, lanes, one_point
         self.last = len(times) - 1
-        self.rows = _Rows({"saved_y": (len(times), n_state, dtype, jnp.nan),
-                           "saved_mode": (len(times), 0, jnp.int32, -1)}, lanes, one_point)
+        self.n_state = n_state
+        # Only the components (and the mode) the finish reads are made and
+        # written (read: the lanes' samples_read; None: all): each costs its
+        # quartic once a step and its Horner and store a sample, which the C
+        # compiler cannot drop (stores to an array at a running index).
+        self.components, self.keep_mode = read or (tuple(range(n_state)), True)
+        layout = {}
+        if self.components:
+            layout["saved_y"] = (len(times), len(self.components), dtype, jnp.nan)
+        if self.keep_mode:
+            layout["saved_mode"] = (len(times), 0, jnp.int32, -1)
+        self.rows = _Rows(layout, lanes, one_point)
         self.prepare, self.evaluate = interpolation(solver)
 
     def _table(self):
@@ -214,6 +224,10 @@ class _Samples:
         def due(k, at):
             return sample_due(taken, k, self.last, at, t1, ends)
 
+        kept = self.components
+        y0, y1 = [y0[c] for c in kept], [y1[c] for c in kept]
+        stages = [[k[c] for c in kept] for k in stages]
+
         def write():
             dense = [self.prepare(t0, t1, a, b, list(ks)) for a, b, *ks in zip(y0, y1, *stages, strict=True)]
 
@@ -221,7 +235,8 @@ class _Samples:
                 samples, k, at, table = carry
                 writes = due(k, at)
                 y = [jnp.where(ends & (at == t1), end, self.evaluate(d, at)) for d, end in zip(dense, y1, strict=True)]
-                samples = self.rows.write(samples, writes, k, {"saved_y": y, "saved_mode": [mode]})
+                values = {"saved_y": y, "saved_mode": [mode]}
+                samples = self.rows.write(samples, writes, k, {name: values[name] for name in samples})
                 k = k + writes
                 return samples, k, jnp.where(writes, self._time_at(k, table), at), table
 
@@ -232,12 +247,18 @@ class _Samples:
         return {"samples": samples, "sampled": k, "next_at": at, "times": table}
 
     def solution(self, final: dict) -> dict:
-        """The solution's samples (HybridSolution's saved_t, saved_y, saved_mode)."""
+        """The solution's samples (HybridSolution's saved_t, saved_y, saved_mode);
+        a component or mode the finish does not read NaN or -1, as the lanes'."""
         rows = self.rows.rows_of(final["samples"])
-        shape = (len(self.times),)
-        return {"saved_t": from_list([constant(t, self.dtype) for t in self.times], shape),
-                "saved_y": from_list([v for row in rows["saved_y"] for v in row], shape + (len(rows["saved_y"][0]),)),
-                "saved_mode": from_list(rows["saved_mode"], shape)}
+        count = len(self.times)
+        nan, none = jnp.full((self.lanes,), jnp.nan, self.dtype), jnp.full((self.lanes,), -1, jnp.int32)
+        y = [[nan] * self.n_state for _ in range(count)]
+        for r, row in enumerate(rows.get("saved_y", [])):
+            for c, value in zip(self.components, row, strict=True):
+                y[r][c] = value
+        return {"saved_t": from_list([constant(t, self.dtype) for t in self.times], (count,)),
+                "saved_y": from_list([v for row in y for v in row], (count, self.n_state)),
+                "saved_mode": from_list(rows.get("saved_mode", [none] * count), (count,))}
 
 
 class LaneSolve:
@@ -245,7 +266,8 @@ class LaneSolve:
     components and the system's arguments shaped as `args` (a pytree of
     jax.ShapeDtypeStruct). Calling it solves a block (see __call__)."""
 
-    def __init__(self, system: HybridSystem, settings: SolverSettings, n_state: int, args, rows: dict | None = None):
+    def __init__(self, system: HybridSystem, settings: SolverSettings, n_state: int, args, rows: dict | None = None,
+                 samples_read=None):
         self.settings = settings
         self.dtype = dtype = jnp.dtype(settings.dtype)
         self.n_state = n_state
@@ -280,6 +302,9 @@ class LaneSolve:
         # The sweep's sample times, sorted; None without samples (and then no
         # sample code is traced: the kernel of a sweep without [save] is the same).
         self.times = tuple(settings.save_times) or None
+        # The sample components and whether the mode the finish reads (the
+        # lanes' samples_read: (components, keep_mode)); None: all of them.
+        self.samples_read = samples_read
 
     def solution_shapes(self) -> HybridSolution:
         """The shapes and dtypes of a point's solution (what a finish reads)."""
@@ -373,7 +398,7 @@ class LaneSolve:
             raise ValueError(f"a solve traced for one point has one lane, not {lanes}")
         log = _event_log(self.rows, self.n_state, dtype, lanes, one_point)
         samples = None if self.times is None else _Samples(self.times, self.settings.solver, self.n_state, dtype, lanes,
-                                                           one_point)
+                                                           one_point, self.samples_read)
         t0 = jnp.zeros((lanes,), dtype)
         f0, g0, dg0, h0 = self.segment_start(t0, y0, mode0, args, horizon)
 
