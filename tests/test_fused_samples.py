@@ -191,13 +191,12 @@ def test_a_sweep_without_samples_generates_no_sample_code():
 
 def test_a_sampled_sweeps_default_plan_on_a_gpu_is_the_fused_kernel():
     """Where the study fuses and the kernel can read the solver's dense output
-    (Tsit5's, Dopri5's); else vmapped. On CPU the lanes."""
+    (Tsit5's, Dopri5's); else vmapped. (On CPU: tests/test_trajectories.py.)"""
     gpu = Device(platform="gpu", memory=16 * 2**30)
     assert make_plan(BALL, gpu, points=100, sampled=True).solver.name == "fused"
     assert make_plan(engine.load_study("pingpong"), gpu, points=100, sampled=True).solver.name == "fused"
     assert make_plan(BALL, gpu, points=100, sampled=True, integrator="Dopri5").solver.name == "fused"
     assert make_plan(BALL, gpu, points=100, sampled=True, integrator="Dopri8").solver.name == "vmapped"
-    assert make_plan(BALL, Device(platform="cpu", cores=2), points=100, sampled=True).solver.name == "lanes"
     with pytest.raises(ValueError, match="fused solver writes samples .* of Tsit5 and Dopri5 only, not Dopri8's"):
         make_plan(BALL, solver="fused", sampled=True, integrator="Dopri8")
 

@@ -112,16 +112,52 @@ def test_evaluate_gives_the_runs_samples(cube, solver):
     np.testing.assert_array_equal(result.outputs["x"], cube.x.values)
 
 
-def test_a_sampled_sweeps_default_plan_is_the_one_without_samples():
-    """On the CPU the lanes (they sample); a study they cannot solve, vmapped."""
+def test_a_sampled_sweeps_default_plan_on_the_cpu_is_the_host_kernel_where_it_fuses(monkeypatch):
+    """On the CPU the fused kernel compiled for the host (it writes the samples
+    inside its loop); with an integrator whose dense output it does not write,
+    or no C compiler, the lanes as without samples; a study neither solves,
+    as without samples."""
     from engine.solve.device import detect
+    from engine.solve.kernel import host
 
     study = engine.load_study("pingpong")
     if detect().accelerator:
         pytest.skip("the CPU's default")
-    assert make_plan(study, points=100, sampled=True).solver.name == "lanes"
+    if host.compiler() is None:
+        pytest.skip("no C compiler")
+    assert make_plan(study, points=100).solver.name == "lanes"
+    assert make_plan(study, points=100, sampled=True).solver.name == "fused"
+    assert make_plan(study, points=100, sampled=True, integrator="Dopri5").solver.name == "fused"
+    assert make_plan(study, points=100, sampled=True, integrator="Bosh3").solver.name == "lanes"
     closed = engine.load_study("rebound_table1")
     assert make_plan(closed, points=100, sampled=True).solver.name == make_plan(closed, points=100).solver.name
+    monkeypatch.setattr(host, "compiler", lambda: None)
+    assert make_plan(study, points=100, sampled=True).solver.name == "lanes"
+
+
+def test_a_sampled_sweep_whose_kernel_does_not_generate_as_c_is_not_the_host_kernels(tmp_path, monkeypatch):
+    """A study the fused kernel takes (Pallas lowers it) but whose kernel the C
+    generator cannot write (a primitive without a C rule) would run in
+    Pallas's interpret mode on CPU: its sampled sweep's default is the lanes."""
+    from jax import lax
+
+    from engine.solve.device import detect
+    from engine.solve.plan import SOLVERS
+
+    if detect().accelerator:
+        pytest.skip("the CPU's default")
+    monkeypatch.setenv("ROLLSWEEP_CACHE", str(tmp_path))  # the kernel's check traced here, not read
+
+    def fall(t, y, args):
+        return ball.SYSTEM.modes[0].vector_field(t, y, args) + lax.erf_inv(0.0 * y)
+
+    system = engine.HybridSystem((dataclasses.replace(ball.SYSTEM.modes[0], vector_field=fall),))
+    study = dataclasses.replace(ball.STUDY, name="bouncing_ball_erf_inv",
+                                solve_point=HybridPoint(system, ball._start, ball._finish))
+    assert SOLVERS["fused"].unsupported(study) is None
+    assert "no rule for the primitive erf_inv" in SOLVERS["fused"].host_unsupported(study)
+    assert make_plan(study, points=100, sampled=True).solver.name == "lanes"
+    assert make_plan(ball.STUDY, points=100, sampled=True).solver.name == "fused"
 
 
 # An outside study sampled: the bouncing ball's height and speed at the times.

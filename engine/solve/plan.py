@@ -12,8 +12,9 @@ SOLVERS: dict[str, BatchSolver] = {s.name: s for s in (VmappedSolver(), LanesSol
 
 # The solvers that write a point's states at a sweep's sample times (`[save]
 # times`): every one (the fused kernel from inside its solve, since issue 56). A
-# sampled sweep's default plan is the one without samples where its solver is
-# one of them, vmapped otherwise (make_plan): on a GPU the fused kernel.
+# sampled sweep's default plan is the fused kernel where the study fuses (on a
+# GPU as without samples; on CPU compiled for the host: default_solver), else
+# the one without samples where its solver writes them, vmapped otherwise.
 SAMPLING_SOLVERS = ("lanes", "vmapped", "fused")
 
 
@@ -37,9 +38,11 @@ def writes_no_samples(solver: str, integrator: str = "Tsit5") -> str:
         "solvers do)"
 
 
-def default_solver(study, device: Device) -> str:
+def default_solver(study, device: Device, sampled: bool = False, integrator: str = "Tsit5") -> str:
     """On a GPU the fused kernel for a study it can fuse; on CPU refilling lanes
-    for a study that supports them; vmapped otherwise.
+    for a study that supports them (a sweep with [save] times: the fused
+    kernel compiled for the host where it can, `_samples_on_host`); vmapped
+    otherwise.
 
     On an accelerator the lanes lose: measured on one H100 (float64, rolling
     ball, 1M points), lanes 11k points/s against vmapped 1.58M (the lanes'
@@ -52,9 +55,29 @@ def default_solver(study, device: Device) -> str:
     if device.accelerator:
         fused = device.platform == "gpu" and SOLVERS["fused"].unsupported(study) is None
         return "fused" if fused else "vmapped"
+    if sampled and _samples_on_host(study, integrator):
+        return "fused"
     if SOLVERS["lanes"].unsupported(study) is None:
         return "lanes"
     return "vmapped"
+
+
+def _samples_on_host(study, integrator: str) -> bool:
+    """Whether a sampled sweep on CPU is solved by the fused kernel compiled for
+    the host (generated C): it writes each point's samples from inside its
+    loop, while the lanes write them in passes of XLA kernels after every step.
+    Measured (benchmarks/bench_trajectories.py --points 100000 --grid 16, 2
+    cores): the rolling ball's 201 samples of x and x_dot, 190,000 points/s
+    fused against 70,000 on the lanes; the bouncing ball's, 70,000 against
+    11,500. Where the integrator's dense output is not written out for the
+    kernel, the study does not fuse, its kernel does not generate as C or no C
+    compiler is found (it would run in Pallas's interpret mode), the lanes as
+    without samples."""
+    if not writes_samples("fused", integrator):
+        return False
+    from engine.solve.kernel.host import compiler
+
+    return compiler() is not None and SOLVERS["fused"].host_unsupported(study) is None
 
 
 # On a GPU, a sweep solved by the vmapped solver (not fused) with fewer points
@@ -106,7 +129,7 @@ def make_plan(
     times, read from the dense output of its [solver] `integrator`.
     """
     device = device or solving_device(study, points, detect(), detect("cpu"))
-    name = solver or default_solver(study, device)
+    name = solver or default_solver(study, device, sampled, integrator)
     if sampled and not solver and not writes_samples(name, integrator):
         name = "vmapped"
     if name not in SOLVERS:

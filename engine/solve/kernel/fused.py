@@ -77,6 +77,12 @@ class FusedSolver(BatchSolver):
     def unsupported(self, study) -> str | None:
         return self._check(study).reason
 
+    def host_unsupported(self, study) -> str | None:
+        """Why the study's kernel cannot be the generated C of the host backend
+        (there it would run in Pallas's interpret mode); None where it can."""
+        check = self._check(study)
+        return check.reason or check.host
+
     def outside(self, study) -> dict[str, str]:
         """The parts of a fused study's point solve ("start", "finish") that
         run outside the kernel, as plain XLA around it, each with the reason it
@@ -138,6 +144,7 @@ class FusedSolver(BatchSolver):
 class _Check(NamedTuple):
     reason: str | None  # why the study cannot be fused (None: it can)
     outside: tuple[tuple[str, str], ...] = ()  # (part, why) of each part of its solve outside the kernel
+    host: str | None = None  # why its kernel cannot be generated as C for the host (None: it can)
 
 
 @functools.cache  # a pure function of the study, asked by every plan: once per process
@@ -150,14 +157,14 @@ def _kernel_check(study) -> _Check:
     found = stored.load(key, "check.json")
     if isinstance(found, dict):
         try:
-            return _Check(found["reason"], tuple((part, why) for part, why in found["outside"]))
+            return _Check(found["reason"], tuple((part, why) for part, why in found["outside"]), found["host"])
         except (KeyError, TypeError, ValueError):
             pass  # not a check this engine wrote: traced again
     from engine.errors import PLEASE_REPORT
 
     check = _traced_check(study)
     if not (check.reason or "").endswith(PLEASE_REPORT):
-        stored.store(key, "check.json", {"reason": check.reason, "outside": check.outside})
+        stored.store(key, "check.json", {"reason": check.reason, "outside": check.outside, "host": check.host})
     return check
 
 
@@ -190,4 +197,26 @@ def _traced_check(study) -> _Check:
     if missing:
         return _Check(f"its hybrid system's kernel would use {', '.join(missing)}, which the GPU kernel backend "
                       "cannot lower")
-    return _Check(None, tuple(body.outside.items()))
+    return _Check(None, tuple(body.outside.items()), _host_check(study, names, outputs))
+
+
+def _host_check(study, names, outputs) -> str | None:
+    """Why the kernel body, for one point, does not generate as C (the host
+    backend's; a primitive without a C rule, an array written in place after
+    it is read); None where it does. A sampled sweep's CPU default asks
+    (engine.solve.plan), so that it never runs in Pallas's interpret mode."""
+    import numpy as np
+
+    from engine.solve.kernel.body import KernelBody, unexpected
+    from engine.solve.kernel.c_source import KernelUnsupported, generate
+    from engine.solve.kernel.jaxpr import Unfusable
+
+    try:
+        with float64_here():
+            body = KernelBody(study.solve_point, SolverSettings(), names, outputs, 1)
+        generate(lambda *a: body(*a, one_point=True), [np.int32] + body.input_dtypes, body.out_dtypes)
+    except (KernelUnsupported, Unfusable) as error:
+        return str(error)
+    except Exception as error:  # a failure of the check is a reason (the plan takes the lanes), never a crash
+        return f"generating its C {unexpected(error)}"
+    return None
