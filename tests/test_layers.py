@@ -12,7 +12,8 @@ import engine
 ENGINE = pathlib.Path(engine.__file__).parent
 # A layer -> the layers it may import (besides itself). Leaves are the modules
 # several layers use that import nothing of the engine's.
-LEAVES = {"errors", "limits", "once", "vectormath", "stages", "pytree", "_imports", "_jax_setup", "_version"}
+LEAVES = {"errors", "limits", "once", "vectormath", "stages", "pytree", "_imports", "_jax_setup", "_version",
+          "_atomic_file"}
 ALLOWED = {
     "leaf": set(),
     "study": {"leaf"},

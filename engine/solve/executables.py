@@ -46,8 +46,8 @@ import threading
 import time
 import zlib
 
+from engine._atomic_file import write_whole
 from engine._jax_setup import cache_dir
-from engine.solve._atomic_file import write_whole
 from engine.solve.exported import kernel_libraries_registered
 
 # Version of the key and the file format: a change invalidates every entry.

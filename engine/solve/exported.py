@@ -24,8 +24,8 @@ import pathlib
 
 import jax
 
+from engine._atomic_file import write_whole
 from engine._jax_setup import cache_dir
-from engine.solve._atomic_file import write_whole
 from engine.solve.device import current_device
 from engine.solve.source_key import source_key
 

@@ -21,8 +21,8 @@ from typing import NamedTuple
 import numpy as np
 
 import engine.sweep.settings as settings_module
+from engine._atomic_file import write_whole
 from engine._jax_setup import cache_dir
-from engine.solve._atomic_file import write_whole
 from engine.study.source import package_version
 
 # Version of the file's contents: a change makes every stored file stale.

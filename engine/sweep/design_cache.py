@@ -23,8 +23,8 @@ import zlib
 
 import numpy as np
 
+from engine._atomic_file import write_whole
 from engine._jax_setup import cache_dir
-from engine.solve._atomic_file import write_whole
 
 # Version of the keys and the files: a change invalidates every entry.
 FORMAT = 1

@@ -35,7 +35,7 @@ import threading
 import jax
 import numpy as np
 
-from engine.solve._atomic_file import write_whole
+from engine._atomic_file import write_whole
 from engine.solve.kernel.c_source import CUDA_ENTRY, KernelSource, KernelUnsupported
 from engine.solve.kernel.host import cache_dir, register, shared_library
 from engine.solve.kernel.stored import kernel_source

@@ -24,8 +24,8 @@ import pathlib
 
 import numpy as np
 
+from engine._atomic_file import write_whole
 from engine._jax_setup import cache_dir
-from engine.solve._atomic_file import write_whole
 from engine.solve.source_key import source_key
 
 # Version of the keys and the files: a change invalidates every entry.
