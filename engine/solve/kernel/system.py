@@ -32,7 +32,7 @@ import jax.numpy as jnp
 
 import engine.solve.kernel.pallas as backend
 from engine.solve import stepper
-from engine.solve.hybrid import _INACTIVE, EVENT_LOG, HybridSolution, HybridSystem, solution_shapes
+from engine.solve.hybrid import _INACTIVE, EVENT_LOG, HybridSolution, HybridSystem
 from engine.solve.kernel.jaxpr import LaneFunction, Unfusable, constant, from_list, lane_vector
 from engine.solve.lanes.dense import ELEMENTWISE, first_sample, interpolation, sample_due
 from engine.solve.lanes.state import _LOCATE_TRIES, _NONFINITE_SHRINK
@@ -305,10 +305,6 @@ class LaneSolve:
         # The sample components and whether the mode the finish reads (the
         # lanes' samples_read: (components, keep_mode)); None: all of them.
         self.samples_read = samples_read
-
-    def solution_shapes(self) -> HybridSolution:
-        """The shapes and dtypes of a point's solution (what a finish reads)."""
-        return solution_shapes(jax.ShapeDtypeStruct((self.n_state,), self.dtype), self.rows, len(self.times or ()))
 
     # ---- the study's functions on lane vectors
 
