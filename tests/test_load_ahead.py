@@ -23,7 +23,7 @@ from engine.solve.evaluate import compiled, evaluate, load_ahead
 from engine.sweep.config import load_sweep
 from engine.sweep.settings import SolverSettings
 
-from conftest import cubes_identical, regime_grid
+from conftest import cubes_identical, regime_grid, sweep_file
 
 LOWERED = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 COMPILED = "/jax/core/compile/backend_compile_duration"
@@ -143,16 +143,31 @@ def test_an_interrupt_while_it_is_made_leaves_no_lock_behind(monkeypatch):
 
 
 @pytest.mark.parametrize("critical", [False, True], ids=["grid", "grid and critical"])
-def test_a_runs_tasks_call_the_programs_compiled_ahead(critical, small_sweep, fresh_compile_cache):
+def test_a_runs_tasks_call_the_programs_compiled_ahead(critical, tmp_path, fresh_compile_cache):
     """engine.run of a fresh cube: its programs (the grid's; with [critical],
     the root search's too) lowered by the caller's thread and each compiled
     once, by a compile thread; the task threads only call them (their cube is
     tested everywhere else). The next process's run (its programs forgotten,
     the same cache) neither lowers nor compiles: the compile thread loads the
-    executables the first kept (engine.solve.executables), the same bits."""
-    extra = ('[critical]\noutput = "final_displacement"\naxis = "spin_ratio"\nbracket = [1.0, 3.0]\nxtol = 1e-12'
-             if critical else "")
-    sweep = load_sweep(small_sweep(extra=extra))
+    executables the first kept (engine.solve.executables), the same bits.
+    (The rebound regime map, whose programs compile in a second: what is
+    loaded ahead does not depend on the study. Its outgoing angle rises
+    through 50 degrees as the spin ratio goes from -0.5 to 0.5 at these
+    incidences.)"""
+    extra = ('[critical]\noutput = "out_angle"\naxis = "spin_ratio"\nbracket = [-0.5, 0.5]\ntarget = 50.0\n'
+             'xtol = 1e-12' if critical else "")
+    sweep = load_sweep(sweep_file(tmp_path, f"""
+        study = "rebound_regime"
+        [axes]
+        incidence_angle = {{ linspace = [58.0, 62.0, 3] }}
+        spin_ratio = {{ linspace = [-0.5, 0.5, 7] }}
+        {extra}
+        [run]
+        shard_size = 5
+        batch_size = 8
+        executor = "inline"
+        out = "{tmp_path / 'cube.zarr'}"
+        """))
     with events() as seen:
         report = run(sweep, progress=False)
     assert report.failed_points == 0 and report.failed_shards == 0
