@@ -91,15 +91,15 @@ def bicycle_texts(log2: int, folder: pathlib.Path) -> dict[str, str]:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--log2", type=int, default=23, help="points: 2^LOG2 (default 23: 8.4 million)")
+    parser.add_argument("--log2", type=int, help="points: 2^LOG2 (default 23: 8.4 million; --bicycle: 20)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--sensitivity", action="store_true", help="a [sensitivity] design instead of [samples]")
     parser.add_argument("--bicycle", action="store_true",
                         help="the bicycle's 25 design parameters drawn, against two grids (default 2^20 points)")
     parser.add_argument("--quick", action="store_true", help="2^16 points, one round")
     args = parser.parse_args()
-    if args.bicycle and "--log2" not in sys.argv:
-        args.log2 = 20
+    if args.log2 is None:
+        args.log2 = 20 if args.bicycle else 23
     log2, rounds = (16, 1) if args.quick else (args.log2, args.rounds)
     if args.sensitivity:
         log2 += 2  # N (D + 2) = 4 N points: N = 2^log2 / 4 a power of two

@@ -205,16 +205,15 @@ def _host_check(study, names, outputs) -> str | None:
     backend's; a primitive without a C rule, an array written in place after
     it is read); None where it does. A sampled sweep's CPU default asks
     (engine.solve.plan), so that it never runs in Pallas's interpret mode."""
-    import numpy as np
-
     from engine.solve.kernel.body import KernelBody, unexpected
-    from engine.solve.kernel.c_source import KernelUnsupported, generate
+    from engine.solve.kernel.c_source import KernelUnsupported
     from engine.solve.kernel.jaxpr import Unfusable
+    from engine.solve.kernel.stored import kernel_source
 
     try:
         with float64_here():
             body = KernelBody(study.solve_point, SolverSettings(), names, outputs, 1)
-        generate(lambda *a: body(*a, one_point=True), [np.int32] + body.input_dtypes, body.out_dtypes)
+        kernel_source(body, key=None)  # generated as the host backend generates it; not kept
     except (KernelUnsupported, Unfusable) as error:
         return str(error)
     except Exception as error:  # a failure of the check is a reason (the plan takes the lanes), never a crash
